@@ -1,0 +1,94 @@
+/*
+ * Scalar conversions between the storage dtypes and float (host code).
+ * Round-to-nearest-even, NaN preserved. Vectorised paths live in the
+ * backends; these are the reference definitions.
+ */
+#ifndef FA_CONVERT_H
+#define FA_CONVERT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "flashattn.h"
+
+static inline float fa_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t fa_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float fa_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu;
+    uint32_t man = h & 0x3FFu;
+    uint32_t u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do { ++e; man <<= 1; } while (!(man & 0x400u));
+            u = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3FFu) << 13;
+        }
+    } else if (exp == 0x1F) {
+        u = sign | 0x7F800000u | man << 13;
+    } else {
+        u = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t fa_f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t abs = u & 0x7FFFFFFFu;
+    if (abs >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0)); /* inf / NaN */
+    if (abs >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);                                     /* overflow to inf */
+    if (abs < 0x38800000u) { /* result is subnormal or zero */
+        if (abs < 0x33000000u) return (uint16_t)sign;
+        uint32_t e = abs >> 23;
+        uint32_t m = (abs & 0x7FFFFFu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t half = 1u << (shift - 1);
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        if (rem > half || (rem == half && (r & 1))) ++r;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = abs - 0x38000000u; /* rebias exponent 127 -> 15 */
+    r += 0xFFFu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
+}
+
+/* Load / store element idx of an array of the given float dtype. */
+static inline float fa_load_f(const void *base, fa_dtype t, int64_t idx) {
+    switch (t) {
+    case FA_F32: return ((const float *)base)[idx];
+    case FA_F16: return fa_f16_to_f32(((const uint16_t *)base)[idx]);
+    case FA_BF16: return fa_bf16_to_f32(((const uint16_t *)base)[idx]);
+    default: return 0.0f;
+    }
+}
+
+static inline void fa_store_f(void *base, fa_dtype t, int64_t idx, float v) {
+    switch (t) {
+    case FA_F32: ((float *)base)[idx] = v; break;
+    case FA_F16: ((uint16_t *)base)[idx] = fa_f32_to_f16(v); break;
+    case FA_BF16: ((uint16_t *)base)[idx] = fa_f32_to_bf16(v); break;
+    default: break;
+    }
+}
+
+#endif /* FA_CONVERT_H */
