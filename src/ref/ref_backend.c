@@ -1,0 +1,213 @@
+/*
+ * The reference backend: for each (sequence, head) gather the operands from
+ * their storage dtype into plain double arrays, run the float64 core
+ * (ref_core.c), and store the results back. Single-threaded and in a fixed
+ * order, so it is deterministic by construction.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "convert.h"
+#include "ref.h"
+
+/* --- gather / scatter between a strided view and a dense (rows, width) double array --- */
+
+/* Query-side view (q, out, dout, dq): rows i < rows of sequence b, head h. */
+static void gather_q(const fa_problem *p, const fa_view *x, int64_t b, int64_t h, int64_t rows, int64_t width,
+                     double *dst) {
+    for (int64_t i = 0; i < rows; ++i) {
+        int64_t base = fa_q_offset(p, x, b, i, h);
+        for (int64_t c = 0; c < width; ++c) dst[i * width + c] = fa_load_f(x->data, p->dtype, base + c);
+    }
+}
+
+static void scatter_q(const fa_problem *p, const fa_view *x, int64_t b, int64_t h, int64_t rows, int64_t width,
+                      const double *src) {
+    for (int64_t i = 0; i < rows; ++i) {
+        int64_t base = fa_q_offset(p, x, b, i, h);
+        for (int64_t c = 0; c < width; ++c) fa_store_f(x->data, p->dtype, base + c, (float)src[i * width + c]);
+    }
+}
+
+/* Key-side view (k, v, dk, dv): keys j < rows of sequence b, kv head h (paged or not). */
+static void gather_k(const fa_problem *p, const fa_view *x, int64_t b, int64_t h, int64_t rows, int64_t width,
+                     double *dst) {
+    for (int64_t j = 0; j < rows; ++j) {
+        int64_t base = fa_k_offset(p, x, b, j, h);
+        for (int64_t c = 0; c < width; ++c) dst[j * width + c] = fa_load_f(x->data, p->dtype, base + c);
+    }
+}
+
+static void scatter_k(const fa_problem *p, const fa_view *x, int64_t b, int64_t h, int64_t rows, int64_t width,
+                      const double *src) {
+    for (int64_t j = 0; j < rows; ++j) {
+        int64_t base = fa_k_offset(p, x, b, j, h);
+        for (int64_t c = 0; c < width; ++c) fa_store_f(x->data, p->dtype, base + c, (float)src[j * width + c]);
+    }
+}
+
+/* --- per-head options and buffers --- */
+
+static fa_ref_head_opts head_opts(const fa_problem *p, int64_t b, int64_t h) {
+    fa_ref_head_opts o = fa_ref_head_opts_plain(p->scale);
+    o.softcap = p->softcap;
+    o.alibi_slope = fa_alibi_slope(p, b, h);
+    o.window_left = p->window_left;
+    o.window_right = p->window_right;
+    o.top_left = p->top_left;
+    o.dropout_p = p->dropout_p;
+    o.dropout_seed = p->dropout_seed;
+    o.dropout_offset = p->dropout_offset;
+    o.dropout_b = b;
+    o.dropout_h = h;
+    return o;
+}
+
+/* Dense double copies of one head's operands, sized for the longest sequence. */
+typedef struct ref_buffers {
+    double *q, *k, *v, *out, *lse;  /* forward */
+    double *dout, *dq, *dk, *dv;    /* backward only */
+} ref_buffers;
+
+static void ref_buffers_free(ref_buffers *w) {
+    free(w->q); free(w->k); free(w->v); free(w->out); free(w->lse);
+    free(w->dout); free(w->dq); free(w->dk); free(w->dv);
+}
+
+static double *alloc_doubles(int64_t n, int *failed) {
+    double *a = (double *)calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!a) *failed = 1;
+    return a;
+}
+
+/* The longest query and key sequence over the batch (maxima for varlen / KV cache). */
+static void max_seqlens(const fa_problem *p, int64_t *sq_max, int64_t *sk_max) {
+    *sq_max = 0;
+    *sk_max = 0;
+    for (int64_t b = 0; b < p->B; ++b) {
+        if (fa_seqlen_q(p, b) > *sq_max) *sq_max = fa_seqlen_q(p, b);
+        if (fa_seqlen_k(p, b) > *sk_max) *sk_max = fa_seqlen_k(p, b);
+    }
+}
+
+static fa_status ref_buffers_alloc(const fa_problem *p, int backward, ref_buffers *w) {
+    int64_t sq, sk;
+    max_seqlens(p, &sq, &sk);
+    int failed = 0;
+    *w = (ref_buffers){0};
+    w->q = alloc_doubles(sq * p->D, &failed);
+    w->k = alloc_doubles(sk * p->D, &failed);
+    w->v = alloc_doubles(sk * p->Dv, &failed);
+    if (backward) {
+        w->dout = alloc_doubles(sq * p->Dv, &failed);
+        w->dq = alloc_doubles(sq * p->D, &failed);
+        w->dk = alloc_doubles(sk * p->D, &failed);
+        w->dv = alloc_doubles(sk * p->Dv, &failed);
+    } else {
+        w->out = alloc_doubles(sq * p->Dv, &failed);
+        w->lse = alloc_doubles(sq, &failed);
+    }
+    if (failed) {
+        ref_buffers_free(w);
+        return fa_set_error(FA_ERR_OUT_OF_MEMORY, "reference backend: cannot allocate buffers for sequences of "
+                            "%lld queries and %lld keys", (long long)sq, (long long)sk);
+    }
+    return FA_OK;
+}
+
+/* --- entry points --- */
+
+fa_status fa_ref_fwd(const fa_problem *p, const fa_exec *x) {
+    (void)x;
+    ref_buffers w;
+    fa_status st = ref_buffers_alloc(p, 0, &w);
+    if (st != FA_OK) return st;
+    for (int64_t b = 0; b < p->B && st == FA_OK; ++b) {
+        int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
+        for (int64_t hk = 0; hk < p->Hk && st == FA_OK; ++hk) {
+            gather_k(p, &p->k, b, hk, sk, p->D, w.k);
+            gather_k(p, &p->v, b, hk, sk, p->Dv, w.v);
+            for (int64_t h = 0; h < p->Hq && st == FA_OK; ++h) {
+                if (fa_kv_head(p, h) != hk) continue;
+                fa_ref_head_opts o = head_opts(p, b, h);
+                gather_q(p, &p->q, b, h, sq, p->D, w.q);
+                st = fa_ref_attention_fwd_f64(&o, sq, sk, p->D, p->Dv, w.q, w.k, w.v, w.out, w.lse);
+                if (st != FA_OK) break;
+                scatter_q(p, &p->out, b, h, sq, p->Dv, w.out);
+                if (p->lse)
+                    for (int64_t i = 0; i < sq; ++i) p->lse[fa_lse_offset(p, b, h, i)] = (float)w.lse[i];
+            }
+        }
+    }
+    ref_buffers_free(&w);
+    return st;
+}
+
+fa_status fa_ref_bwd(const fa_problem *p, const fa_exec *x) {
+    (void)x;
+    ref_buffers w;
+    fa_status st = ref_buffers_alloc(p, 1, &w);
+    if (st != FA_OK) return st;
+    for (int64_t b = 0; b < p->B && st == FA_OK; ++b) {
+        int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
+        for (int64_t hk = 0; hk < p->Hk && st == FA_OK; ++hk) {
+            gather_k(p, &p->k, b, hk, sk, p->D, w.k);
+            gather_k(p, &p->v, b, hk, sk, p->Dv, w.v);
+            /* dk, dv of this kv head: the sum over the query heads that read it */
+            for (int64_t n = 0; n < sk * p->D; ++n) w.dk[n] = 0.0;
+            for (int64_t n = 0; n < sk * p->Dv; ++n) w.dv[n] = 0.0;
+            for (int64_t h = 0; h < p->Hq && st == FA_OK; ++h) {
+                if (fa_kv_head(p, h) != hk) continue;
+                fa_ref_head_opts o = head_opts(p, b, h);
+                gather_q(p, &p->q, b, h, sq, p->D, w.q);
+                gather_q(p, &p->dout, b, h, sq, p->Dv, w.dout);
+                st = fa_ref_attention_bwd_f64(&o, sq, sk, p->D, p->Dv, w.q, w.k, w.v, w.dout, w.dq, w.dk, w.dv);
+                if (st != FA_OK) break;
+                scatter_q(p, &p->dq, b, h, sq, p->D, w.dq);
+            }
+            if (st != FA_OK) break;
+            scatter_k(p, &p->dk, b, hk, sk, p->D, w.dk);
+            scatter_k(p, &p->dv, b, hk, sk, p->Dv, w.dv);
+        }
+    }
+    ref_buffers_free(&w);
+    return st;
+}
+
+/*
+ * Tensors reach this backend only from the CPU: the front end routes CUDA
+ * tensors elsewhere and refuses FA_BACKEND_REFERENCE for them. What is left to
+ * refuse is a storage dtype the CPU does not hold (float8).
+ */
+static fa_status ref_supports(const fa_problem *p, fa_op op) {
+    (void)op;
+    switch (p->dtype) {
+    case FA_F32:
+    case FA_F16:
+    case FA_BF16:
+        return FA_OK;
+    default:
+        return fa_set_error(FA_ERR_DTYPE, "q: dtype %s is not supported by the reference backend "
+                            "(float32, float16 or bfloat16 on the CPU)", fa_dtype_name(p->dtype));
+    }
+}
+
+/* The reference allocates its own scratch (a few rows of doubles per head). */
+static size_t ref_workspace_size(const fa_problem *p, fa_op op, const fa_exec *x) {
+    (void)p;
+    (void)op;
+    (void)x;
+    return 0;
+}
+
+const fa_backend_ops fa_ref_backend = {
+    .name = "reference",
+    .supports = ref_supports,
+    .workspace_size = ref_workspace_size,
+    .fwd = fa_ref_fwd,
+    .bwd = fa_ref_bwd,
+    .kvcache = fa_ref_kvcache,
+    .merge = fa_ref_merge,
+    .alloc = NULL, /* no workspace: nothing for the front end to allocate */
+    .release = NULL,
+};
