@@ -1,0 +1,241 @@
+/* Test tensors: layouts with padding, poisoning, host/device copies, conversions. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FA_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "convert.h"
+#include "ft.h"
+
+#define POISON_BYTE 0xFF /* 0xFFFFFFFF and 0xFFFF are NaN in float32, float16 and bfloat16 */
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", n);
+        exit(3);
+    }
+    return p;
+}
+
+ft_tensor ft_alloc(fa_dtype t, int ndim, const int64_t *shape, ft_layout layout) {
+    ft_tensor x;
+    memset(&x, 0, sizeof x);
+    x.dtype = t;
+    x.ndim = ndim;
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; ++d) {
+        x.shape[d] = shape[d];
+        numel *= shape[d];
+    }
+    if (layout == FT_CONTIG || ndim < 2 || (layout >= FT_QKV0 && ndim != 4)) {
+        int64_t s = 1;
+        for (int d = ndim - 1; d >= 0; --d) {
+            x.stride[d] = s;
+            s *= shape[d] > 0 ? shape[d] : 1;
+        }
+        x.offset = 0;
+        x.nbuf = (size_t)numel;
+        if (layout == FT_PADDED) { /* 1-D: a gap before and after */
+            x.offset = 2;
+            x.nbuf = (size_t)numel + 5;
+        }
+    } else if (layout == FT_PADDED) {
+        /* Gaps after every row of every dimension, of different sizes so a
+         * kernel that mixes up two strides reads the wrong thing. */
+        x.stride[ndim - 1] = 1;
+        x.stride[ndim - 2] = shape[ndim - 1] + 3;
+        for (int d = ndim - 3; d >= 0; --d) x.stride[d] = shape[d + 1] * x.stride[d + 1] + 5 + 2 * d;
+        x.offset = 2;
+        int64_t last = 0;
+        for (int d = 0; d < ndim; ++d) last += (shape[d] > 0 ? shape[d] - 1 : 0) * x.stride[d];
+        x.nbuf = (size_t)(x.offset + (numel ? last + 1 : 0) + 3);
+    } else {
+        /* Slot s of a packed (B, S, 3, H, D) buffer. */
+        int64_t H = shape[2], D = shape[3];
+        x.stride[3] = 1;
+        x.stride[2] = D;
+        x.stride[1] = 3 * H * D;
+        x.stride[0] = shape[1] * 3 * H * D;
+        x.offset = (int64_t)(layout - FT_QKV0) * H * D;
+        x.nbuf = (size_t)(shape[0] * shape[1] * 3 * H * D);
+    }
+    size_t bytes = x.nbuf * fa_dtype_size(t);
+    x.host = xmalloc(bytes);
+    memset(x.host, POISON_BYTE, bytes);
+    return x;
+}
+
+ft_tensor ft_alloc4(fa_dtype t, int64_t n0, int64_t n1, int64_t n2, int64_t n3, ft_layout layout) {
+    int64_t s[4] = {n0, n1, n2, n3};
+    return ft_alloc(t, 4, s, layout);
+}
+
+void ft_free(ft_tensor *x) {
+    free(x->host);
+#ifdef FA_HAVE_CUDA
+    if (x->dev) cudaFree(x->dev);
+#endif
+    memset(x, 0, sizeof *x);
+}
+
+int64_t ft_numel(const ft_tensor *x) {
+    int64_t n = 1;
+    for (int d = 0; d < x->ndim; ++d) n *= x->shape[d];
+    return n;
+}
+
+int64_t ft_index(const ft_tensor *x, int64_t e) {
+    int64_t idx = x->offset;
+    for (int d = x->ndim - 1; d >= 0; --d) {
+        idx += (e % x->shape[d]) * x->stride[d];
+        e /= x->shape[d];
+    }
+    return idx;
+}
+
+fa_tensor ft_view(const ft_tensor *x, int on_device) {
+    fa_tensor t;
+    memset(&t, 0, sizeof t);
+    size_t es = fa_dtype_size(x->dtype);
+    int dev = on_device && x->dev;
+    unsigned char *base = dev ? (unsigned char *)x->dev : x->host;
+    t.data = base + (size_t)x->offset * es;
+    t.dtype = x->dtype;
+    t.device = dev ? FA_DEVICE_CUDA : FA_DEVICE_CPU;
+    t.device_index = 0;
+    t.ndim = x->ndim;
+    for (int d = 0; d < x->ndim; ++d) {
+        t.shape[d] = x->shape[d];
+        t.stride[d] = x->stride[d];
+    }
+    return t;
+}
+
+int ft_upload(ft_tensor *x) {
+#ifdef FA_HAVE_CUDA
+    size_t bytes = x->nbuf * fa_dtype_size(x->dtype);
+    if (!x->dev && cudaMalloc(&x->dev, bytes ? bytes : 1) != cudaSuccess) return 0;
+    return cudaMemcpy(x->dev, x->host, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+#else
+    (void)x;
+    return 1;
+#endif
+}
+
+int ft_download(ft_tensor *x) {
+#ifdef FA_HAVE_CUDA
+    if (!x->dev) return 1;
+    size_t bytes = x->nbuf * fa_dtype_size(x->dtype);
+    return cudaMemcpy(x->host, x->dev, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+#else
+    (void)x;
+    return 1;
+#endif
+}
+
+fa_tensor ft_arg(ft_tensor *x) {
+    if (ft_on_device) ft_upload(x);
+    return ft_view(x, ft_on_device);
+}
+
+void ft_poison(ft_tensor *x) {
+    memset(x->host, POISON_BYTE, x->nbuf * fa_dtype_size(x->dtype));
+    if (x->dev) ft_upload(x);
+}
+
+int ft_padding_intact(const ft_tensor *x) {
+    size_t es = fa_dtype_size(x->dtype);
+    unsigned char *logical = calloc(x->nbuf ? x->nbuf : 1, 1);
+    if (!logical) return 0;
+    int64_t n = ft_numel(x);
+    for (int64_t e = 0; e < n; ++e) logical[ft_index(x, e)] = 1;
+    int ok = 1;
+    for (size_t i = 0; i < x->nbuf && ok; ++i) {
+        if (logical[i]) continue;
+        for (size_t b = 0; b < es; ++b)
+            if (x->host[i * es + b] != POISON_BYTE) ok = 0;
+    }
+    free(logical);
+    return ok;
+}
+
+float ft_round(fa_dtype t, float v) {
+    uint16_t h;
+    switch (t) {
+    case FA_F16: fa_store_f(&h, FA_F16, 0, v); return fa_load_f(&h, FA_F16, 0);
+    case FA_BF16: fa_store_f(&h, FA_BF16, 0, v); return fa_load_f(&h, FA_BF16, 0);
+    default: return v;
+    }
+}
+
+float *ft_to_f32(const ft_tensor *x) {
+    int64_t n = ft_numel(x);
+    float *v = xmalloc((size_t)n * sizeof(float));
+    for (int64_t e = 0; e < n; ++e) {
+        int64_t i = ft_index(x, e);
+        if (x->dtype == FA_I32) v[e] = (float)((const int32_t *)x->host)[i];
+        else v[e] = fa_load_f(x->host, x->dtype, i);
+    }
+    return v;
+}
+
+void ft_from_f32(ft_tensor *x, const float *v) {
+    int64_t n = ft_numel(x);
+    for (int64_t e = 0; e < n; ++e) fa_store_f(x->host, x->dtype, ft_index(x, e), v[e]);
+}
+
+void ft_fill_normal(ft_tensor *x, ft_rng *r, double scale) {
+    int64_t n = ft_numel(x);
+    for (int64_t e = 0; e < n; ++e)
+        fa_store_f(x->host, x->dtype, ft_index(x, e), (float)(scale * ft_rng_normal(r)));
+}
+
+ft_tensor ft_f32_copy(const ft_tensor *x) {
+    ft_tensor c = ft_alloc(FA_F32, x->ndim, x->shape, FT_CONTIG);
+    float *v = ft_to_f32(x);
+    memcpy(c.host, v, (size_t)ft_numel(x) * sizeof(float));
+    free(v);
+    return c;
+}
+
+/* --- error measurement ------------------------------------------------------- */
+
+ft_err ft_compare(const float *x, const float *ref, int64_t n) {
+    ft_err e = {0.0, 0.0, 0, -1};
+    for (int64_t i = 0; i < n; ++i) {
+        double r = ref[i], v = x[i], d;
+        if (isnan(v)) {
+            ++e.nan;
+            d = INFINITY;
+        } else if (isinf(r) || isinf(v)) {
+            d = (r == v) ? 0.0 : INFINITY; /* -inf lse must match exactly */
+        } else {
+            d = fabs(v - r);
+        }
+        if (isfinite(r) && fabs(r) > e.max_ref) e.max_ref = fabs(r);
+        if (d > e.max_err || (e.worst < 0 && d == e.max_err)) {
+            e.max_err = d;
+            e.worst = i;
+        }
+    }
+    if (e.max_err < 0) e.max_err = 0;
+    return e;
+}
+
+int64_t ft_exact_zero_violations(const float *x, const uint8_t *must_be_zero, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i)
+        if (must_be_zero[i] && x[i] != 0.0f) ++bad;
+    return bad;
+}
+
+double ft_tolerance(fa_dtype t, double baseline_err, double magnitude, int is_grad) {
+    double rel_floor = t == FA_F16 ? 1.0 / 2048 : t == FA_BF16 ? 1.0 / 256 : 1e-5;
+    double mult = is_grad ? 3.0 : 2.0;
+    return mult * baseline_err + rel_floor * magnitude;
+}
