@@ -127,6 +127,10 @@ def describe(x, name):
     else:
         strides = [s // x.itemsize for s in x.strides]
         ptr = x.ctypes.data
+    if _numel(x) == 0:  # nothing is read: describe it as contiguous
+        strides, step = [0] * x.ndim, 1
+        for d in reversed(range(x.ndim)):
+            strides[d], step = step, step * max(x.shape[d], 1)
     for d in range(x.ndim):
         t.shape[d] = x.shape[d]
         # a dimension of size 1 is never stepped over: any stride reads the same

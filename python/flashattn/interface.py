@@ -252,6 +252,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         block_table = _batch_index_as_block_table(cache_batch_idx)
         if cache_seqlens is None:  # a paged cache needs lengths: the whole rows
             cache_seqlens = int(k_cache.shape[1])
+    elif block_table is None and k_cache.shape[0] > q.shape[0]:
+        # a larger contiguous cache: sequences 0..batch-1 use its first rows
+        k_cache, v_cache = k_cache[:q.shape[0]], v_cache[:q.shape[0]]
     left, right = _window(window_size)
     if isinstance(cache_seqlens, (int, np.integer)):
         cache_seqlens = T.full_int32(q, (q.shape[0],), int(cache_seqlens))
