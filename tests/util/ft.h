@@ -100,6 +100,11 @@ int ft_download(ft_tensor *x);
 /* The fa_tensor for the backend under test (uploads first if on the device). */
 fa_tensor ft_arg(ft_tensor *x);
 
+/* Raw scratch memory where the backend under test works (device memory on
+ * CUDA, host memory otherwise), e.g. a caller-provided workspace. */
+void *ft_buffer_alloc(size_t bytes);
+void ft_buffer_free(void *ptr);
+
 /* Fill the whole buffer with NaN bytes (0xFF), host and device. */
 void ft_poison(ft_tensor *x);
 /* After a download: 1 if every byte outside the logical elements is still 0xFF. */

@@ -143,6 +143,26 @@ fa_tensor ft_arg(ft_tensor *x) {
     return ft_view(x, ft_on_device);
 }
 
+void *ft_buffer_alloc(size_t bytes) {
+#ifdef FA_HAVE_CUDA
+    if (ft_on_device) {
+        void *p = NULL;
+        return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+    }
+#endif
+    return xmalloc(bytes);
+}
+
+void ft_buffer_free(void *ptr) {
+#ifdef FA_HAVE_CUDA
+    if (ft_on_device) {
+        cudaFree(ptr);
+        return;
+    }
+#endif
+    free(ptr);
+}
+
 void ft_poison(ft_tensor *x) {
     memset(x->host, POISON_BYTE, x->nbuf * fa_dtype_size(x->dtype));
     if (x->dev) ft_upload(x);
