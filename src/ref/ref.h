@@ -61,6 +61,14 @@ fa_status fa_ref_attention_bwd_f64(const fa_ref_head_opts *o, int64_t sq, int64_
                                    const double *q, const double *k, const double *v, const double *dout,
                                    double *dq, double *dk, double *dv_grad);
 
+/*
+ * Run items 0 .. count-1 on up to `threads` threads: fn(arg, first, step,
+ * count) handles items first, first + step, ... < count. Returns the first
+ * failing status of any share (ref_threads.c).
+ */
+typedef fa_status (*fa_ref_worker_fn)(void *arg, int64_t first, int64_t step, int64_t count);
+fa_status fa_ref_run_threads(int threads, int64_t count, fa_ref_worker_fn fn, void *arg);
+
 /* The reference backend's entry points (see fa_ref_backend in ref_backend.c). */
 fa_status fa_ref_fwd(const fa_problem *p, const fa_exec *x);
 fa_status fa_ref_bwd(const fa_problem *p, const fa_exec *x);

@@ -1,8 +1,10 @@
 /*
  * The reference backend: for each (sequence, head) gather the operands from
  * their storage dtype into plain double arrays, run the float64 core
- * (ref_core.c), and store the results back. Single-threaded and in a fixed
- * order, so it is deterministic by construction.
+ * (ref_core.c), and store the results back. Work items are (sequence, kv
+ * head) pairs, spread over threads (ref_threads.c); each writes only its own
+ * outputs and computes them in a fixed order, so the result is deterministic
+ * by construction, whatever the thread count.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -109,69 +111,82 @@ static fa_status ref_buffers_alloc(const fa_problem *p, int backward, ref_buffer
     }
     if (failed) {
         ref_buffers_free(w);
+        *w = (ref_buffers){0}; /* safe to free again */
         return fa_set_error(FA_ERR_OUT_OF_MEMORY, "reference backend: cannot allocate buffers for sequences of "
                             "%lld queries and %lld keys", (long long)sq, (long long)sk);
     }
     return FA_OK;
 }
 
-/* --- entry points --- */
+/* --- one work item: sequence b, kv head hk and the query heads that read it --- */
 
-fa_status fa_ref_fwd(const fa_problem *p, const fa_exec *x) {
-    (void)x;
+static fa_status fwd_item(const fa_problem *p, int64_t b, int64_t hk, ref_buffers *w) {
+    int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
+    gather_k(p, &p->k, b, hk, sk, p->D, w->k);
+    gather_k(p, &p->v, b, hk, sk, p->Dv, w->v);
+    for (int64_t h = 0; h < p->Hq; ++h) {
+        if (fa_kv_head(p, h) != hk) continue;
+        fa_ref_head_opts o = head_opts(p, b, h);
+        gather_q(p, &p->q, b, h, sq, p->D, w->q);
+        fa_status st = fa_ref_attention_fwd_f64(&o, sq, sk, p->D, p->Dv, w->q, w->k, w->v, w->out, w->lse);
+        if (st != FA_OK) return st;
+        scatter_q(p, &p->out, b, h, sq, p->Dv, w->out);
+        if (p->lse)
+            for (int64_t i = 0; i < sq; ++i) p->lse[fa_lse_offset(p, b, h, i)] = (float)w->lse[i];
+    }
+    return FA_OK;
+}
+
+static fa_status bwd_item(const fa_problem *p, int64_t b, int64_t hk, ref_buffers *w) {
+    int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
+    gather_k(p, &p->k, b, hk, sk, p->D, w->k);
+    gather_k(p, &p->v, b, hk, sk, p->Dv, w->v);
+    /* dk, dv of this kv head: the sum over the query heads that read it */
+    for (int64_t n = 0; n < sk * p->D; ++n) w->dk[n] = 0.0;
+    for (int64_t n = 0; n < sk * p->Dv; ++n) w->dv[n] = 0.0;
+    for (int64_t h = 0; h < p->Hq; ++h) {
+        if (fa_kv_head(p, h) != hk) continue;
+        fa_ref_head_opts o = head_opts(p, b, h);
+        gather_q(p, &p->q, b, h, sq, p->D, w->q);
+        gather_q(p, &p->dout, b, h, sq, p->Dv, w->dout);
+        fa_status st = fa_ref_attention_bwd_f64(&o, sq, sk, p->D, p->Dv, w->q, w->k, w->v, w->dout, w->dq, w->dk,
+                                                w->dv);
+        if (st != FA_OK) return st;
+        scatter_q(p, &p->dq, b, h, sq, p->D, w->dq);
+    }
+    scatter_k(p, &p->dk, b, hk, sk, p->D, w->dk);
+    scatter_k(p, &p->dv, b, hk, sk, p->Dv, w->dv);
+    return FA_OK;
+}
+
+/* One thread's share of the items (b, hk), numbered b * Hk + hk, with its own buffers. */
+typedef struct ref_job {
+    const fa_problem *p;
+    int backward;
+} ref_job;
+
+static fa_status ref_worker(void *arg, int64_t first, int64_t step, int64_t count) {
+    const ref_job *job = (const ref_job *)arg;
     ref_buffers w;
-    fa_status st = ref_buffers_alloc(p, 0, &w);
-    if (st != FA_OK) return st;
-    for (int64_t b = 0; b < p->B && st == FA_OK; ++b) {
-        int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
-        for (int64_t hk = 0; hk < p->Hk && st == FA_OK; ++hk) {
-            gather_k(p, &p->k, b, hk, sk, p->D, w.k);
-            gather_k(p, &p->v, b, hk, sk, p->Dv, w.v);
-            for (int64_t h = 0; h < p->Hq && st == FA_OK; ++h) {
-                if (fa_kv_head(p, h) != hk) continue;
-                fa_ref_head_opts o = head_opts(p, b, h);
-                gather_q(p, &p->q, b, h, sq, p->D, w.q);
-                st = fa_ref_attention_fwd_f64(&o, sq, sk, p->D, p->Dv, w.q, w.k, w.v, w.out, w.lse);
-                if (st != FA_OK) break;
-                scatter_q(p, &p->out, b, h, sq, p->Dv, w.out);
-                if (p->lse)
-                    for (int64_t i = 0; i < sq; ++i) p->lse[fa_lse_offset(p, b, h, i)] = (float)w.lse[i];
-            }
-        }
+    fa_status st = ref_buffers_alloc(job->p, job->backward, &w);
+    for (int64_t t = first; t < count && st == FA_OK; t += step) {
+        int64_t b = t / job->p->Hk, hk = t % job->p->Hk;
+        st = job->backward ? bwd_item(job->p, b, hk, &w) : fwd_item(job->p, b, hk, &w);
     }
     ref_buffers_free(&w);
     return st;
 }
 
+/* --- entry points --- */
+
+fa_status fa_ref_fwd(const fa_problem *p, const fa_exec *x) {
+    ref_job job = {p, 0};
+    return fa_ref_run_threads(x->num_threads, p->B * p->Hk, ref_worker, &job);
+}
+
 fa_status fa_ref_bwd(const fa_problem *p, const fa_exec *x) {
-    (void)x;
-    ref_buffers w;
-    fa_status st = ref_buffers_alloc(p, 1, &w);
-    if (st != FA_OK) return st;
-    for (int64_t b = 0; b < p->B && st == FA_OK; ++b) {
-        int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
-        for (int64_t hk = 0; hk < p->Hk && st == FA_OK; ++hk) {
-            gather_k(p, &p->k, b, hk, sk, p->D, w.k);
-            gather_k(p, &p->v, b, hk, sk, p->Dv, w.v);
-            /* dk, dv of this kv head: the sum over the query heads that read it */
-            for (int64_t n = 0; n < sk * p->D; ++n) w.dk[n] = 0.0;
-            for (int64_t n = 0; n < sk * p->Dv; ++n) w.dv[n] = 0.0;
-            for (int64_t h = 0; h < p->Hq && st == FA_OK; ++h) {
-                if (fa_kv_head(p, h) != hk) continue;
-                fa_ref_head_opts o = head_opts(p, b, h);
-                gather_q(p, &p->q, b, h, sq, p->D, w.q);
-                gather_q(p, &p->dout, b, h, sq, p->Dv, w.dout);
-                st = fa_ref_attention_bwd_f64(&o, sq, sk, p->D, p->Dv, w.q, w.k, w.v, w.dout, w.dq, w.dk, w.dv);
-                if (st != FA_OK) break;
-                scatter_q(p, &p->dq, b, h, sq, p->D, w.dq);
-            }
-            if (st != FA_OK) break;
-            scatter_k(p, &p->dk, b, hk, sk, p->D, w.dk);
-            scatter_k(p, &p->dv, b, hk, sk, p->Dv, w.dv);
-        }
-    }
-    ref_buffers_free(&w);
-    return st;
+    ref_job job = {p, 1};
+    return fa_ref_run_threads(x->num_threads, p->B * p->Hk, ref_worker, &job);
 }
 
 /*

@@ -45,15 +45,31 @@ static void ref_head_init(ref_head *h, const fa_ref_head_opts *o, int64_t sq, in
 }
 
 /*
+ * <a, b> in double with four partial sums: the adds no longer wait on each
+ * other (a serial sum is 4x slower), and in double the different order moves
+ * the result by a few units of 1e-16 only.
+ */
+static double ref_dot(const double *a, const double *b, int64_t n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t c = 0;
+    for (; c + 4 <= n; c += 4) {
+        s0 += a[c] * b[c];
+        s1 += a[c + 1] * b[c + 1];
+        s2 += a[c + 2] * b[c + 2];
+        s3 += a[c + 3] * b[c + 3];
+    }
+    for (; c < n; ++c) s0 += a[c] * b[c];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/*
  * Score s_ij = softcap(scale * <q_i, k_j>) - alibi(i, j). *chain receives
  * ds_ij / d(scale * <q_i, k_j>): the softcap derivative 1 - tanh^2, or 1.
  * ALiBi is a constant shift, so it adds nothing to the chain.
  */
 static double ref_score(const ref_head *h, const double *qi, const double *kj, int64_t i, int64_t j,
                         double *chain) {
-    double dot = 0.0;
-    for (int64_t c = 0; c < h->d; ++c) dot += qi[c] * kj[c];
-    double s = h->o->scale * dot;
+    double s = h->o->scale * ref_dot(qi, kj, h->d);
     double g = 1.0;
     if (h->o->softcap > 0.0) {
         double t = tanh(s / h->o->softcap);
@@ -166,9 +182,7 @@ fa_status fa_ref_attention_bwd_f64(const fa_ref_head_opts *o, int64_t sq, int64_
             double z = ref_dropout_factor(&h, i, j);
             const double *vj = v + j * dv;
             double *dvj = dv_grad + j * dv;
-            double dov = 0.0;
-            for (int64_t c = 0; c < dv; ++c) dov += doi[c] * vj[c];
-            dpz[j] = z * dov;
+            dpz[j] = z * ref_dot(doi, vj, dv);
             row_dot += prob[j] * dpz[j];
             double pz = prob[j] * z;
             if (pz != 0.0)
