@@ -6,7 +6,11 @@
  * mask predicate, explicit dropout rule through fa_dropout_keep).
  *
  * Every case has several query heads over one kv head, so dk and dv are the
- * GQA sums. Prints one line per case and "N passed, M failed".
+ * GQA sums. A second part drives the reference backend through the public
+ * API (every dtype, strides, varlen, KV cache, merge, thread counts) and
+ * checks it against the core head by head.
+ *
+ * Prints one line per case and "N passed, M failed".
  */
 #include <math.h>
 #include <stdio.h>

@@ -23,7 +23,7 @@ fa_ref_head_opts fa_ref_head_opts_plain(double scale) {
 typedef struct ref_head {
     const fa_ref_head_opts *o;
     fa_problem mask;          /* carries only the window and alignment, for fa_key_range */
-    int64_t sq, sk, d;
+    int64_t d;
     int64_t diag;             /* key j is on query i's diagonal when j == i + diag */
     uint32_t drop_threshold;  /* keep iff the Philox word >= this */
     double drop_scale;        /* 1 / (1 - p): kept probabilities are scaled up */
@@ -35,8 +35,6 @@ static void ref_head_init(ref_head *h, const fa_ref_head_opts *o, int64_t sq, in
     h->mask.window_left = o->window_left;
     h->mask.window_right = o->window_right;
     h->mask.top_left = o->top_left;
-    h->sq = sq;
-    h->sk = sk;
     h->d = d;
     h->diag = fa_diag_offset(&h->mask, sq, sk);
     /* The threshold is defined on the float p the caller gave (flashattn.h). */
