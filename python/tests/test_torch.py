@@ -1,0 +1,302 @@
+"""The torch front: autograd against PyTorch's SDPA in float64, the custom
+ops under torch.compile, CUDA streams. Skipped without torch; CUDA cases are
+skipped without a GPU and a CUDA build of the library."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import flashattn as fa  # noqa: E402
+import reference as R  # noqa: E402
+from flashattn import _torch_ops  # noqa: E402
+
+
+def _cuda_ok():
+    return torch.cuda.is_available() and fa.cuda_device_count() > 0
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not _cuda_ok(), reason="needs a GPU and the library's CUDA backend"))]
+# (device, dtype) pairs each backend supports
+CASES = [("cpu", torch.float32), ("cpu", torch.bfloat16)] + [
+    pytest.param("cuda", dt, marks=pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU"))
+    for dt in (torch.float16, torch.bfloat16)]
+UNIT = {torch.float32: None, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
+
+@pytest.fixture(autouse=True)
+def _seed(rng):
+    torch.manual_seed(int(rng.integers(2**31)))
+
+
+def sdpa(q, k, v, causal=False, window=(-1, -1), softcap=0.0, keep=None, dropout_p=0.0):
+    """PyTorch's SDPA on (B, S, H, D) tensors with the bottom-right masks,
+    GQA by repeating kv heads; softcap or a fixed dropout mask go through the
+    math path written out."""
+    B, sq, H, D = q.shape
+    g = H // k.shape[2]
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k.repeat_interleave(g, 2),
+                                              v.repeat_interleave(g, 2)))
+    mask = torch.from_numpy(R.visible(sq, k.shape[1], causal, window)).to(q.device)
+    if softcap == 0.0 and keep is None:
+        return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
+    s = qt @ kt.transpose(-1, -2) / D**0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    p = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+    if keep is not None:
+        p = p * keep.to(p.dtype) / (1 - dropout_p)
+    return (p @ vt).transpose(1, 2)
+
+
+def leaf(x, dtype=None):
+    return x.detach().to(dtype or x.dtype).requires_grad_()
+
+
+def run(fn, inputs, dout):
+    """Output and input gradients of fn for the loss sum(out * dout)."""
+    out = fn(*inputs)
+    grads = torch.autograd.grad(out, inputs, dout)
+    return out.detach(), [g.detach() for g in grads]
+
+
+def check(got, ref, naive, dtype, mult):
+    got, ref = got.double().cpu().numpy(), ref.double().cpu().numpy()
+    naive = None if naive is None else naive.double().cpu().numpy()
+    R.assert_close(got, ref, naive, mult=mult, unit=UNIT[dtype], rtol32=5e-5)
+
+
+def make_qkv(device, dtype, B=2, sq=45, sk=61, hq=4, hk=2, d=40, dv=None):
+    q = torch.randn(B, sq, hq, d, device=device).to(dtype)
+    k = torch.randn(B, sk, hk, d, device=device).to(dtype)
+    v = torch.randn(B, sk, hk, dv or d, device=device).to(dtype)
+    return q, k, v
+
+
+OPTS = [dict(), dict(causal=True), dict(window_size=(8, 3)), dict(softcap=8.0)]
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@pytest.mark.parametrize("opts", OPTS, ids=["plain", "causal", "window", "softcap"])
+@pytest.mark.parametrize("hk", [4, 1])
+def test_autograd_matches_sdpa(device, dtype, opts, hk):
+    q, k, v = make_qkv(device, dtype, hk=hk, dv=48 if hk == 1 else None)
+    dout = torch.randn(q.shape[:3] + (v.shape[-1],), device=device).to(dtype)
+    kw = dict(causal=opts.get("causal", False), window=opts.get("window_size", (-1, -1)),
+              softcap=opts.get("softcap", 0.0))
+    out, grads = run(lambda q, k, v: fa.flash_attn_func(q, k, v, **opts),
+                     [leaf(q), leaf(k), leaf(v)], dout)
+    ref, ref_grads = run(lambda q, k, v: sdpa(q, k, v, **kw),
+                         [leaf(q, torch.float64), leaf(k, torch.float64), leaf(v, torch.float64)],
+                         dout.double())
+    naive, naive_grads = (None, [None] * 3) if dtype == torch.float32 else run(
+        lambda q, k, v: sdpa(q, k, v, **kw), [leaf(q), leaf(k), leaf(v)], dout)
+    assert out.dtype == dtype and out.device == q.device
+    check(out, ref, naive, dtype, 2.0)
+    for g, r, n in zip(grads, ref_grads, naive_grads):
+        check(g, r, n, dtype, 3.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropout_autograd(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v = make_qkv(device, dtype, sq=33, sk=33)
+    dout = torch.randn_like(q)
+    p = 0.2
+    qs, ks, vs = leaf(q), leaf(k), leaf(v)
+    out, lse, mask = fa.flash_attn_func(qs, ks, vs, dropout_p=p, causal=True,
+                                        return_attn_probs=True)
+    grads = torch.autograd.grad(out, (qs, ks, vs), dout)
+    assert mask.shape == (2, 4, 33, 33) and mask.dtype == torch.bool
+    ref, ref_grads = run(lambda q, k, v: sdpa(q, k, v, causal=True, keep=mask, dropout_p=p),
+                         [leaf(q, torch.float64), leaf(k, torch.float64), leaf(v, torch.float64)],
+                         dout.double())
+    naive, naive_grads = (None, [None] * 3) if dtype == torch.float32 else run(
+        lambda q, k, v: sdpa(q, k, v, causal=True, keep=mask, dropout_p=p),
+        [leaf(q), leaf(k), leaf(v)], dout)
+    check(out.detach(), ref, naive, dtype, 2.0)
+    for g, r, n in zip(grads, ref_grads, naive_grads):
+        check(g, r, n, dtype, 3.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic_backward(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v = make_qkv(device, dtype, sq=70, sk=130)
+    dout = torch.randn_like(q)
+    f = lambda q, k, v: fa.flash_attn_func(q, k, v, causal=True, deterministic=True)  # noqa
+    _, g1 = run(f, [leaf(q), leaf(k), leaf(v)], dout)
+    _, g2 = run(f, [leaf(q), leaf(k), leaf(v)], dout)
+    for a, b in zip(g1, g2):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_qkvpacked_grads(device):
+    dtype = torch.float32 if device == "cpu" else torch.float16
+    qkv = torch.randn(2, 30, 3, 4, 32, device=device).to(dtype).requires_grad_()
+    out = fa.flash_attn_qkvpacked_func(qkv, causal=True)
+    out.sum().backward()
+    q, k, v = qkv.detach().unbind(2)
+    _, grads = run(lambda q, k, v: fa.flash_attn_func(q, k, v, causal=True),
+                   [leaf(q), leaf(k), leaf(v)], torch.ones_like(out))
+    assert torch.equal(qkv.grad, torch.stack(grads, dim=2))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_varlen_autograd(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    lens = [5, 0, 19, 8]
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=device)
+    q = torch.randn(sum(lens), 4, 32, device=device).to(dtype)
+    k, v = (torch.randn(sum(lens), 2, 32, device=device).to(dtype) for _ in range(2))
+    dout = torch.randn_like(q)
+    out, grads = run(lambda q, k, v: fa.flash_attn_varlen_func(q, k, v, cu, cu, 19, 19,
+                                                               causal=True),
+                     [leaf(q), leaf(k), leaf(v)], dout)
+    for b in range(len(lens)):
+        s = slice(int(cu[b]), int(cu[b + 1]))
+        if lens[b] == 0:
+            continue
+        ref, ref_grads = run(lambda q, k, v: sdpa(q, k, v, causal=True),
+                             [leaf(x[None, s], torch.float64) for x in (q, k, v)],
+                             dout[None, s].double())
+        naive, naive_grads = (None, [None] * 3) if dtype == torch.float32 else run(
+            lambda q, k, v: sdpa(q, k, v, causal=True), [leaf(x[None, s]) for x in (q, k, v)],
+            dout[None, s])
+        check(out[None, s], ref, naive, dtype, 2.0)
+        for g, r, n in zip(grads, ref_grads, naive_grads):
+            check(g[None, s], r, n, dtype, 3.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("paged", [False, True])
+def test_kvcache_appends_in_place(device, paged):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    B, Hk, D = 2, 2, 64
+    seqlens = torch.tensor([3, 30], dtype=torch.int32, device=device)
+    if paged:
+        kc = torch.randn(12, 16, Hk, D, device=device).to(dtype)
+        table = torch.tensor([[5, 2, 9], [0, 11, 7]], dtype=torch.int32, device=device)
+    else:
+        kc = torch.randn(B, 48, Hk, D, device=device).to(dtype)
+        table = None
+    vc = torch.randn_like(kc)
+    q = torch.randn(B, 1, 8, D, device=device).to(dtype)
+    k_new, v_new = (torch.randn(B, 1, Hk, D, device=device).to(dtype) for _ in range(2))
+    out, lse = fa.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=seqlens,
+                                          block_table=table, return_softmax_lse=True)
+    for b in range(B):
+        n = int(seqlens[b])
+        if paged:
+            blk, row = int(table[b, n // 16]), n % 16
+            assert torch.equal(kc[blk, row], k_new[b, 0]) and torch.equal(vc[blk, row], v_new[b, 0])
+            keys = torch.cat([kc[int(i)] for i in table[b]])[:n + 1]
+            vals = torch.cat([vc[int(i)] for i in table[b]])[:n + 1]
+        else:
+            assert torch.equal(kc[b, n], k_new[b, 0]) and torch.equal(vc[b, n], v_new[b, 0])
+            keys, vals = kc[b, :n + 1], vc[b, :n + 1]
+        ref = sdpa(q[b:b + 1].double(), keys[None].double(), vals[None].double())
+        naive = None if dtype == torch.float32 else sdpa(q[b:b + 1], keys[None], vals[None])
+        check(out[b:b + 1], ref, naive, dtype, 3.0)
+    assert lse.shape == (B, 8, 1) and lse.dtype == torch.float32
+
+
+def test_numpy_and_torch_agree():
+    q, k, v = make_qkv("cpu", torch.float32)
+    got = fa.flash_attn_func(q, k, v, causal=True, window_size=(10, -1))
+    want = fa.flash_attn_func(q.numpy(), k.numpy(), v.numpy(), causal=True, window_size=(10, -1))
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_errors_are_runtime_errors():
+    q = torch.randn(1, 4, 3, 16)
+    kv = torch.randn(1, 4, 2, 16)
+    with pytest.raises(RuntimeError) as e:
+        fa.flash_attn_func(q, kv, kv)
+    assert isinstance(e.value, fa.FlashAttnError) and e.value.status == fa.Status.ERR_SHAPE
+    with pytest.raises(fa.FlashAttnError):
+        fa.flash_attn_func(q.double(), q.double(), q.double())
+
+
+# --- torch.compile and operator registration ---------------------------------
+
+needs_custom_op = pytest.mark.skipif(not _torch_ops.HAS_CUSTOM_OP,
+                                     reason="torch.library.custom_op needs torch >= 2.4")
+
+
+@needs_custom_op
+def test_ops_registered_and_opcheck():
+    assert hasattr(torch.ops.flashattn, "fwd") and hasattr(torch.ops.flashattn, "bwd")
+    q, k, v = make_qkv("cpu", torch.float32, B=1, sq=6, sk=9, d=16)
+    args = (leaf(q), leaf(k), leaf(v), 0.0, None, True, -1, -1, 0.0, None, False, None)
+    torch.library.opcheck(torch.ops.flashattn.fwd.default, args)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    vargs = (leaf(q[0]), leaf(k[0, :6]), leaf(v[0, :6]), cu, cu, 4, 4, 0.0, None, True, -1, -1,
+             0.0, None, False, None)
+    torch.library.opcheck(torch.ops.flashattn.varlen_fwd.default, vargs)
+
+
+@needs_custom_op
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v = make_qkv(device, dtype, sq=32, sk=48)
+
+    def step(q, k, v):
+        out = fa.flash_attn_func(q, k, v, causal=True, window_size=(16, -1))
+        return (out.float() ** 2).sum()
+
+    # CPU compiles with aot_eager (no C++ toolchain needed); CUDA with inductor
+    compiled = torch.compile(step, fullgraph=True,
+                             backend="aot_eager" if device == "cpu" else "inductor")
+    eager_in = [leaf(q), leaf(k), leaf(v)]
+    comp_in = [leaf(q), leaf(k), leaf(v)]
+    loss_e = step(*eager_in)
+    loss_c = compiled(*comp_in)
+    torch.testing.assert_close(loss_c, loss_e)
+    ge = torch.autograd.grad(loss_e, eager_in)
+    gc = torch.autograd.grad(loss_c, comp_in)
+    for a, b in zip(gc, ge):
+        torch.testing.assert_close(a, b)
+
+
+@needs_custom_op
+def test_compile_dropout_and_kvcache():
+    q, k, v = make_qkv("cpu", torch.float32, sq=16, sk=16)
+    drop = torch.compile(lambda q, k, v: fa.flash_attn_func(q, k, v, dropout_p=0.1),
+                         fullgraph=True, backend="aot_eager")
+    assert drop(q, k, v).shape == q.shape
+    kc = torch.zeros(2, 20, 2, 40)
+    vc = torch.zeros(2, 20, 2, 40)
+    dec = torch.compile(lambda q, kc, vc, kn, vn: fa.flash_attn_with_kvcache(
+        q, kc, vc, kn, vn, cache_seqlens=4), fullgraph=True, backend="aot_eager")
+    kn, vn = torch.randn(2, 1, 2, 40), torch.randn(2, 1, 2, 40)
+    dec(q[:, :1], kc, vc, kn, vn)
+    assert torch.equal(kc[:, 4], kn[:, 0]) and torch.equal(vc[:, 4], vn[:, 0])
+
+
+# --- CUDA specifics -----------------------------------------------------------
+
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
+def test_cuda_current_stream():
+    q, k, v = make_qkv("cuda", torch.float16, sq=256, sk=1024)
+    want = fa.flash_attn_func(q, k, v, causal=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            got = fa.flash_attn_func(q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
+
+
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
+def test_cuda_rejects_float32():
+    q = torch.randn(1, 8, 2, 32, device="cuda")
+    with pytest.raises(fa.FlashAttnError) as e:
+        fa.flash_attn_func(q, q, q)
+    assert e.value.status == fa.Status.ERR_DTYPE
