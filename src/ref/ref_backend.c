@@ -1,8 +1,8 @@
 /*
  * The reference backend: for each (sequence, head) gather the operands from
  * their storage dtype into plain double arrays, run the float64 core
- * (ref_core.c), and store the results back. Work items are (sequence, kv
- * head) pairs, spread over threads (ref_threads.c); each writes only its own
+ * (ref_core.c), and store the results back. Work items are (sequence, head)
+ * pairs, spread over threads (ref_threads.c); each writes only its own
  * outputs and computes them in a fixed order, so the result is deterministic
  * by construction, whatever the thread count.
  */
@@ -118,25 +118,25 @@ static fa_status ref_buffers_alloc(const fa_problem *p, int backward, ref_buffer
     return FA_OK;
 }
 
-/* --- one work item: sequence b, kv head hk and the query heads that read it --- */
+/* --- work items --- */
 
-static fa_status fwd_item(const fa_problem *p, int64_t b, int64_t hk, ref_buffers *w) {
-    int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
+/* Forward item: sequence b, query head h. */
+static fa_status fwd_item(const fa_problem *p, int64_t b, int64_t h, ref_buffers *w) {
+    int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), hk = fa_kv_head(p, h);
     gather_k(p, &p->k, b, hk, sk, p->D, w->k);
     gather_k(p, &p->v, b, hk, sk, p->Dv, w->v);
-    for (int64_t h = 0; h < p->Hq; ++h) {
-        if (fa_kv_head(p, h) != hk) continue;
-        fa_ref_head_opts o = head_opts(p, b, h);
-        gather_q(p, &p->q, b, h, sq, p->D, w->q);
-        fa_status st = fa_ref_attention_fwd_f64(&o, sq, sk, p->D, p->Dv, w->q, w->k, w->v, w->out, w->lse);
-        if (st != FA_OK) return st;
-        scatter_q(p, &p->out, b, h, sq, p->Dv, w->out);
-        if (p->lse)
-            for (int64_t i = 0; i < sq; ++i) p->lse[fa_lse_offset(p, b, h, i)] = (float)w->lse[i];
-    }
+    gather_q(p, &p->q, b, h, sq, p->D, w->q);
+    fa_ref_head_opts o = head_opts(p, b, h);
+    fa_status st = fa_ref_attention_fwd_f64(&o, sq, sk, p->D, p->Dv, w->q, w->k, w->v, w->out, w->lse);
+    if (st != FA_OK) return st;
+    scatter_q(p, &p->out, b, h, sq, p->Dv, w->out);
+    if (p->lse)
+        for (int64_t i = 0; i < sq; ++i) p->lse[fa_lse_offset(p, b, h, i)] = (float)w->lse[i];
     return FA_OK;
 }
 
+/* Backward item: sequence b, kv head hk and every query head that reads it,
+ * so that dk and dv are summed in one place, in a fixed order. */
 static fa_status bwd_item(const fa_problem *p, int64_t b, int64_t hk, ref_buffers *w) {
     int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
     gather_k(p, &p->k, b, hk, sk, p->D, w->k);
@@ -159,7 +159,8 @@ static fa_status bwd_item(const fa_problem *p, int64_t b, int64_t hk, ref_buffer
     return FA_OK;
 }
 
-/* One thread's share of the items (b, hk), numbered b * Hk + hk, with its own buffers. */
+/* One thread's share of the items, with its own buffers. Forward items are
+ * (b, h), numbered b * Hq + h; backward items are (b, hk), numbered b * Hk + hk. */
 typedef struct ref_job {
     const fa_problem *p;
     int backward;
@@ -170,8 +171,8 @@ static fa_status ref_worker(void *arg, int64_t first, int64_t step, int64_t coun
     ref_buffers w;
     fa_status st = ref_buffers_alloc(job->p, job->backward, &w);
     for (int64_t t = first; t < count && st == FA_OK; t += step) {
-        int64_t b = t / job->p->Hk, hk = t % job->p->Hk;
-        st = job->backward ? bwd_item(job->p, b, hk, &w) : fwd_item(job->p, b, hk, &w);
+        int64_t heads = job->backward ? job->p->Hk : job->p->Hq;
+        st = job->backward ? bwd_item(job->p, t / heads, t % heads, &w) : fwd_item(job->p, t / heads, t % heads, &w);
     }
     ref_buffers_free(&w);
     return st;
@@ -181,7 +182,7 @@ static fa_status ref_worker(void *arg, int64_t first, int64_t step, int64_t coun
 
 fa_status fa_ref_fwd(const fa_problem *p, const fa_exec *x) {
     ref_job job = {p, 0};
-    return fa_ref_run_threads(x->num_threads, p->B * p->Hk, ref_worker, &job);
+    return fa_ref_run_threads(x->num_threads, p->B * p->Hq, ref_worker, &job);
 }
 
 fa_status fa_ref_bwd(const fa_problem *p, const fa_exec *x) {
