@@ -1,0 +1,354 @@
+/*
+ * Standalone check and timing of the Hopper forward (src/cuda/sm90) on an
+ * sm_90 GPU, independent of the rest of the library:
+ *
+ *   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc/api \
+ *        -Isrc/cuda/sm90 scripts/sm90_selftest.cu -o sm90_selftest
+ *   ./sm90_selftest check        # awkward shapes vs a float64 reference
+ *   ./sm90_selftest bench        # TFLOP/s on the standard grid (hidden 2048)
+ *
+ * Check rule (flash-attn's): the kernel's max error against float64 must be at
+ * most 2x the error of a naive implementation in the same storage precision
+ * (float32 scores, P and O rounded to 16 bits) plus 1e-3. Outputs are poisoned
+ * (NaN) first, padding between heads must stay poisoned.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../src/cuda/sm90/sm90_fwd.cu"
+
+/* The library's error sink, reduced to a print for this harness. */
+fa_status fa_set_error(fa_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fa_set_error(%d): ", (int)s);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return s;
+}
+
+#define CK(x)                                                                                    \
+    do {                                                                                         \
+        cudaError_t e_ = (x);                                                                    \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(2);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double urand(void) { /* xorshift64*, uniform in [0,1) */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+static double nrand(void) { return sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
+
+static uint16_t to16(float x, bool bf16) {
+    if (bf16) {
+        __nv_bfloat16 h = __float2bfloat16(x);
+        return *reinterpret_cast<uint16_t *>(&h);
+    }
+    __half h = __float2half(x);
+    return *reinterpret_cast<uint16_t *>(&h);
+}
+static float from16(uint16_t u, bool bf16) {
+    if (bf16) {
+        __nv_bfloat16 h;
+        memcpy(&h, &u, 2);
+        return __bfloat162float(h);
+    }
+    __half h;
+    memcpy(&h, &u, 2);
+    return __half2float(h);
+}
+
+struct Case {
+    int B, Sq, Sk, Hq, Hk, D;
+    int causal, top_left;
+    int wl, wr; /* window, -1 unbounded (ignored when causal) */
+    float softcap;
+    bool bf16;
+    float qscale; /* input magnitude */
+    int pad;      /* extra elements between heads (strides not packed) */
+};
+
+static int run_case(const Case &c) {
+    const bool bf = c.bf16;
+    const int64_t D = c.D;
+    const int64_t qsh = D + c.pad, qss = c.Hq * qsh, qsb = c.Sq * qss;
+    const int64_t ksh = D + c.pad, kss = c.Hk * ksh, ksb = c.Sk * kss;
+    std::vector<uint16_t> hq(c.B * qsb), hk(c.B * ksb), hv(c.B * ksb);
+    for (auto &x : hq) x = to16((float)(nrand() * c.qscale), bf);
+    for (auto &x : hk) x = to16((float)(nrand() * c.qscale), bf);
+    for (auto &x : hv) x = to16((float)nrand(), bf);
+    uint16_t *dq, *dk, *dv, *dout;
+    float *dlse;
+    CK(cudaMalloc(&dq, hq.size() * 2));
+    CK(cudaMalloc(&dk, hk.size() * 2));
+    CK(cudaMalloc(&dv, hv.size() * 2));
+    CK(cudaMalloc(&dout, hq.size() * 2));
+    CK(cudaMalloc(&dlse, (size_t)c.B * c.Hq * c.Sq * 4));
+    CK(cudaMemcpy(dq, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dk, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv, hv.data(), hv.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xFF, hq.size() * 2)); /* NaN poison */
+    CK(cudaMemset(dlse, 0xFF, (size_t)c.B * c.Hq * c.Sq * 4));
+
+    fa_problem p;
+    memset(&p, 0, sizeof p);
+    p.dtype = bf ? FA_BF16 : FA_F16;
+    p.B = c.B;
+    p.Sq = c.Sq;
+    p.Sk = c.Sk;
+    p.Hq = c.Hq;
+    p.Hk = c.Hk;
+    p.D = p.Dv = D;
+    p.q = {dq, qsb, qss, qsh};
+    p.out = {dout, qsb, qss, qsh};
+    p.k = {dk, ksb, kss, ksh};
+    p.v = {dv, ksb, kss, ksh};
+    p.lse = dlse;
+    p.lse_sb = (int64_t)c.Hq * c.Sq;
+    p.lse_sh = c.Sq;
+    p.lse_ss = 1;
+    p.scale = 1.0f / sqrtf((float)D);
+    p.softcap = c.softcap;
+    p.window_left = c.causal ? FA_UNBOUNDED : (c.wl < 0 ? FA_UNBOUNDED : c.wl);
+    p.window_right = c.causal ? 0 : (c.wr < 0 ? FA_UNBOUNDED : c.wr);
+    p.has_mask = p.window_left < FA_UNBOUNDED || p.window_right < FA_UNBOUNDED;
+    p.top_left = c.top_left;
+    fa_exec x;
+    memset(&x, 0, sizeof x);
+    if (!fa_sm90_fwd_supports(&p)) {
+        printf("UNSUPPORTED\n");
+        return 1;
+    }
+    if (fa_sm90_fwd(&p, &x) != FA_OK) return 1;
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> ho(hq.size());
+    std::vector<float> hl((size_t)c.B * c.Hq * c.Sq);
+    CK(cudaMemcpy(ho.data(), dout, ho.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hl.data(), dlse, hl.size() * 4, cudaMemcpyDeviceToHost));
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dlse);
+
+    /* float64 reference and naive 16-bit implementation */
+    double err = 0, err_naive = 0, err_lse = 0, maxref = 0;
+    int unwritten = 0, pad_touched = 0, bad_empty = 0;
+    std::vector<double> s(c.Sk), o(D);
+    std::vector<float> sf(c.Sk), of(D);
+    const int64_t off = c.top_left ? 0 : (int64_t)c.Sk - c.Sq;
+    for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.Hq; ++h) {
+            int kh = h / (c.Hq / c.Hk);
+            for (int i = 0; i < c.Sq; ++i) {
+                const uint16_t *qi = &hq[b * qsb + i * qss + h * qsh];
+                const uint16_t *oi = &ho[b * qsb + i * qss + h * qsh];
+                for (int e = D; e < D + c.pad; ++e)
+                    if (oi[e] != 0xFFFF) pad_touched++;
+                int64_t lo = c.causal || c.wl < 0 ? 0 : std::max<int64_t>(0, i + off - c.wl);
+                int64_t hi = c.causal ? i + off + 1 : (c.wr < 0 ? c.Sk : i + off + c.wr + 1);
+                lo = std::max<int64_t>(lo, 0);
+                hi = std::min<int64_t>(hi, c.Sk);
+                double m = -INFINITY;
+                float mf = -INFINITY;
+                for (int64_t j = lo; j < hi; ++j) {
+                    const uint16_t *kj = &hk[b * ksb + j * kss + kh * ksh];
+                    double a = 0;
+                    float af = 0;
+                    for (int d = 0; d < D; ++d) {
+                        a += (double)from16(qi[d], bf) * from16(kj[d], bf);
+                        af += from16(qi[d], bf) * from16(kj[d], bf);
+                    }
+                    a *= 1.0 / sqrt((double)D);
+                    af *= 1.0f / sqrtf((float)D);
+                    if (c.softcap > 0) {
+                        a = c.softcap * tanh(a / c.softcap);
+                        af = c.softcap * tanhf(af / c.softcap);
+                    }
+                    s[j] = a;
+                    sf[j] = af;
+                    m = std::max(m, a);
+                    mf = std::max(mf, af);
+                }
+                float lse_k = hl[(size_t)b * c.Hq * c.Sq + (size_t)h * c.Sq + i];
+                if (hi <= lo) { /* no visible key: out 0, lse -inf */
+                    for (int d = 0; d < D; ++d)
+                        if (oi[d] != 0 && oi[d] != 0x8000) bad_empty++;
+                    if (!(lse_k == -INFINITY)) bad_empty++;
+                    continue;
+                }
+                double l = 0;
+                float lf = 0;
+                std::fill(o.begin(), o.end(), 0.0);
+                std::fill(of.begin(), of.end(), 0.f);
+                for (int64_t j = lo; j < hi; ++j) {
+                    double pj = exp(s[j] - m);
+                    float pf = expf(sf[j] - mf);
+                    l += pj;
+                    lf += pf;
+                    float pr = from16(to16(pf, bf), bf); /* P in storage precision */
+                    const uint16_t *vj = &hv[b * ksb + j * kss + kh * ksh];
+                    for (int d = 0; d < D; ++d) {
+                        o[d] += pj * from16(vj[d], bf);
+                        of[d] += pr * from16(vj[d], bf);
+                    }
+                }
+                for (int d = 0; d < D; ++d) {
+                    double r = o[d] / l;
+                    float nf = from16(to16(of[d] / lf, bf), bf);
+                    float kv = from16(oi[d], bf);
+                    if (isnan(kv)) {
+                        unwritten++;
+                        continue;
+                    }
+                    err = std::max(err, fabs(kv - r));
+                    err_naive = std::max(err_naive, fabs(nf - r));
+                    maxref = std::max(maxref, fabs(r));
+                }
+                double lse_ref = m + log(l);
+                if (isnan(lse_k))
+                    unwritten++;
+                else
+                    err_lse = std::max(err_lse, fabs(lse_k - lse_ref));
+            }
+        }
+    bool ok = unwritten == 0 && pad_touched == 0 && bad_empty == 0 && err <= 2 * err_naive + 1e-3 &&
+              err_lse <= 2e-3 * std::max(1.0, 1.0);
+    printf("%s B=%d Sq=%d Sk=%d Hq=%d Hk=%d D=%d %s causal=%d tl=%d win=(%d,%d) cap=%g mag=%g pad=%d | err %.2e "
+           "naive %.2e lse %.2e max|o| %.2f unwritten %d pad %d empty %d\n",
+           ok ? "PASS" : "FAIL", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D, bf ? "bf16" : "f16", c.causal, c.top_left, c.wl,
+           c.wr, c.softcap, c.qscale, c.pad, err, err_naive, err_lse, maxref, unwritten, pad_touched, bad_empty);
+    return ok ? 0 : 1;
+}
+
+static int check_all(bool small) {
+    std::vector<Case> cases;
+    if (small) { /* a few quick cases, for compute-sanitizer */
+        cases.push_back({1, 130, 300, 2, 1, 128, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+        cases.push_back({1, 70, 100, 2, 2, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0});
+        cases.push_back({1, 70, 150, 2, 2, 256, 1, 1, -1, -1, 0.f, false, 1.f, 0});
+        int fails = 0;
+        for (const Case &c : cases) fails += run_case(c);
+        return fails != 0;
+    }
+    const int dims[] = {128, 64, 256};
+    for (int D : dims) {
+        for (int bf = 1; bf >= 0; --bf) {
+            if (!bf && D != 128) continue;
+            cases.push_back({1, 1, 1, 1, 1, D, 0, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({2, 17, 17, 2, 1, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 113, 203, 4, 2, D, 0, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 113, 203, 4, 2, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 113, 203, 4, 2, D, 1, 1, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 203, 113, 2, 2, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 203, 113, 2, 2, D, 1, 1, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({2, 1023, 1024, 4, 1, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 1, 239, 3, 1, D, 0, 0, -1, -1, 0.f, (bool)bf, 1.f, 8});
+            cases.push_back({1, 3, 799, 2, 2, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 300, 700, 2, 1, D, 0, 0, 100, 20, 0.f, (bool)bf, 1.f, 64});
+            cases.push_back({1, 333, 333, 2, 2, D, 0, 0, 7, 0, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, (bool)bf, 3.f, 0});
+            cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, (bool)bf, 4.f, 0}); /* large scores */
+        }
+    }
+    int fails = 0;
+    for (const Case &c : cases) fails += run_case(c);
+    printf("%d / %zu cases failed\n", fails, cases.size());
+    return fails != 0;
+}
+
+/* Median kernel time over reps, on random inputs. */
+static int bench(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    const int dims[] = {64, 128, 256};
+    const int bs[][2] = {{32, 512}, {16, 1024}, {8, 2048}, {4, 4096}, {2, 8192}, {1, 16384}};
+    printf("%-6s %-6s %-6s %-6s %-10s %-10s\n", "D", "causal", "batch", "seqlen", "ms", "TFLOP/s");
+    for (int D : dims)
+        for (int causal = 0; causal < 2; ++causal)
+            for (auto &bsz : bs) {
+                int B = bsz[0], S = bsz[1], H = 2048 / D;
+                size_t n = (size_t)B * S * H * D;
+                uint16_t *q, *k, *v, *o;
+                float *lse;
+                CK(cudaMalloc(&q, n * 2));
+                CK(cudaMalloc(&k, n * 2));
+                CK(cudaMalloc(&v, n * 2));
+                CK(cudaMalloc(&o, n * 2));
+                CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
+                std::vector<uint16_t> h(n);
+                for (auto &x : h) x = to16((float)nrand(), true);
+                CK(cudaMemcpy(q, h.data(), n * 2, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(k, h.data(), n * 2, cudaMemcpyHostToDevice)); /* same values, fine for timing */
+                CK(cudaMemcpy(v, h.data(), n * 2, cudaMemcpyHostToDevice));
+                fa_problem p;
+                memset(&p, 0, sizeof p);
+                p.dtype = FA_BF16;
+                p.B = B;
+                p.Sq = p.Sk = S;
+                p.Hq = p.Hk = H;
+                p.D = p.Dv = D;
+                int64_t ss = (int64_t)H * D, sb = (int64_t)S * ss;
+                p.q = {q, sb, ss, D};
+                p.k = {k, sb, ss, D};
+                p.v = {v, sb, ss, D};
+                p.out = {o, sb, ss, D};
+                p.lse = lse;
+                p.lse_sb = (int64_t)H * S;
+                p.lse_sh = S;
+                p.lse_ss = 1;
+                p.scale = 1.0f / sqrtf((float)D);
+                p.window_left = FA_UNBOUNDED;
+                p.window_right = causal ? 0 : FA_UNBOUNDED;
+                p.has_mask = causal;
+                fa_exec x;
+                memset(&x, 0, sizeof x);
+                for (int w = 0; w < 3; ++w) fa_sm90_fwd(&p, &x);
+                CK(cudaDeviceSynchronize());
+                cudaEvent_t e0, e1;
+                cudaEventCreate(&e0);
+                cudaEventCreate(&e1);
+                std::vector<float> ts;
+                for (int r = 0; r < 20; ++r) {
+                    cudaEventRecord(e0);
+                    fa_sm90_fwd(&p, &x);
+                    cudaEventRecord(e1);
+                    cudaEventSynchronize(e1);
+                    float ms;
+                    cudaEventElapsedTime(&ms, e0, e1);
+                    ts.push_back(ms);
+                }
+                CK(cudaGetLastError());
+                std::sort(ts.begin(), ts.end());
+                double ms = ts[ts.size() / 2];
+                double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
+                printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f\n", D, causal, B, S, ms, flops / ms / 1e9);
+                cudaFree(q);
+                cudaFree(k);
+                cudaFree(v);
+                cudaFree(o);
+                cudaFree(lse);
+                cudaEventDestroy(e0);
+                cudaEventDestroy(e1);
+            }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "bench")) return bench(argc, argv);
+    return check_all(argc > 1 && !strcmp(argv[1], "small"));
+}

@@ -1,0 +1,476 @@
+/*
+ * Hopper forward attention kernel: TMA loads, wgmma, warp specialisation.
+ *
+ * One CTA = 3 warpgroups (384 threads), persistent over output tiles of
+ * 128 query rows of one (batch, head):
+ *   warpgroup 0   producer: one thread issues TMA loads of Q, K, V into
+ *                 128B-swizzled shared memory through an mbarrier ring;
+ *   warpgroups 1,2 consumers: each owns 64 of the 128 query rows.
+ *
+ * Per kv block (walked from the last block down, so the masked diagonal
+ * block comes first) a consumer issues S = Q K^T (SS wgmma) and, in the same
+ * turn, O += P V for the previous block (RS wgmma, P straight from registers),
+ * then does the online softmax of S while P V is still running on the tensor
+ * cores. The two consumers take turns issuing (two named barriers), so one
+ * warpgroup's softmax hides under the other's GEMMs. The epilogue stages O in
+ * swizzled shared memory and writes it with a TMA store.
+ *
+ * wgmma m64nN accumulator layout (f32), thread t of the warpgroup, warp
+ * w = t/32, g = (t%32)/4, q = t%4: register i holds
+ *     row 16w + g + 8*((i/2)%2),  column 8*(i/4) + 2q + (i%2).
+ * The four threads of a quad own whole rows (row reductions: shuffles 1, 2),
+ * and the registers 8c..8c+7 of S are exactly the A fragment of the P V
+ * k-step c once packed pairwise to 16 bits.
+ */
+#ifndef FA_SM90_FWD_KERNEL_CUH
+#define FA_SM90_FWD_KERNEL_CUH
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "sm90_ptx.cuh"
+#include "sm90_wgmma.cuh"
+
+/* Everything the kernel needs, passed by value as a __grid_constant__. */
+struct Sm90FwdParams {
+    CUtensorMap tm_q, tm_k, tm_v, tm_o; /* 4-D (D, S, H, B) maps, 128B swizzle */
+    void *out;                          /* for direct stores of empty tiles */
+    int64_t out_sb, out_ss, out_sh;     /* elements */
+    float *lse;                         /* NULL: not wanted */
+    int64_t lse_sb, lse_sh, lse_ss;
+    int sq, sk, hq, batch, q_per_kv;    /* q_per_kv = Hq / Hk */
+    int num_m_blocks, num_tiles;
+    int longest_first;                  /* tile order: heaviest query blocks first */
+    int64_t diag_off;                   /* key j is on row i's diagonal when j == i + diag_off */
+    int64_t window_left, window_right;  /* relative to the diagonal; huge when unbounded */
+    float scale_log2;                   /* multiplies S to give base-2 logits */
+    float softcap_pre;                  /* softcap: S = tanh(S * softcap_pre); 0 = off */
+};
+
+/* Compile-time tile shape and shared-memory plan of one specialisation. */
+template <int D_, int BN_, int STAGES_, bool BF16_>
+struct Sm90FwdConfig {
+    static constexpr int D = D_;           /* head dim (= Dv) */
+    static constexpr int BM = 128;         /* query rows per tile: 2 consumers x 64 */
+    static constexpr int BN = BN_;         /* keys per kv block */
+    static constexpr int STAGES = STAGES_; /* K/V ring depth */
+    static constexpr bool BF16 = BF16_;
+    static constexpr int SLABS = D / 64;   /* 128-byte (64-element) column slabs */
+
+    static constexpr int Q_SLAB = BM * 128; /* bytes of one slab of the Q tile */
+    static constexpr int KV_SLAB = BN * 128;
+    static constexpr int Q_BYTES = BM * D * 2;
+    static constexpr int KV_BYTES = BN * D * 2;
+    /* O is staged in its own buffer when it fits, else in the Q buffer (then
+     * the next Q load waits for the store to drain). */
+    static constexpr bool O_IN_Q = (Q_BYTES * 2 + 2 * STAGES * KV_BYTES) > 200 * 1024;
+
+    static constexpr int OFF_Q = 0;
+    static constexpr int OFF_K = OFF_Q + Q_BYTES;
+    static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
+    static constexpr int OFF_O = O_IN_Q ? OFF_Q : OFF_V + STAGES * KV_BYTES;
+    static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + (O_IN_Q ? 0 : Q_BYTES);
+    static constexpr int NUM_BARS = 2 + 4 * STAGES;
+    /* + 1024 so the base can be rounded up to the swizzle atom. */
+    static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024;
+
+    static constexpr int THREADS = 384;
+    static constexpr int PRODUCER_REGS = 40;
+    static constexpr int CONSUMER_REGS = 232; /* 40*128 + 232*256 <= 65536 */
+};
+
+/* Named barrier ids (0 is __syncthreads). */
+enum { BAR_TURN0 = 1, BAR_TURN1 = 2, BAR_EPI0 = 3, BAR_EPI1 = 4 };
+
+/* ---- tile scheduling ------------------------------------------------------ */
+
+struct Sm90Tile {
+    int m_block, head, batch;
+    int n_lo, n_hi; /* kv blocks [n_lo, n_hi) hold every visible key */
+};
+
+template <class Cfg>
+__device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int t) {
+    Sm90Tile tile;
+    int hb;
+    if (p.longest_first) { /* all heads' last query blocks first: most keys under a causal mask */
+        int nhb = p.hq * p.batch;
+        tile.m_block = p.num_m_blocks - 1 - t / nhb;
+        hb = t % nhb;
+    } else { /* consecutive tiles share a head, so its K/V stays in L2 */
+        tile.m_block = t % p.num_m_blocks;
+        hb = t / p.num_m_blocks;
+    }
+    tile.head = hb % p.hq;
+    tile.batch = hb / p.hq;
+    int64_t i0 = (int64_t)tile.m_block * Cfg::BM;
+    int64_t i1 = min(i0 + Cfg::BM, (int64_t)p.sq) - 1;
+    int64_t lo = max((int64_t)0, i0 + p.diag_off - p.window_left);
+    int64_t hi = min((int64_t)p.sk, i1 + p.diag_off + p.window_right + 1);
+    if (hi <= lo) {
+        tile.n_lo = tile.n_hi = 0;
+    } else {
+        tile.n_lo = (int)(lo / Cfg::BN);
+        tile.n_hi = (int)((hi + Cfg::BN - 1) / Cfg::BN);
+    }
+    return tile;
+}
+
+/* True when every key of block n is visible to every row of the tile. */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_block_unmasked(const Sm90FwdParams &p, const Sm90Tile &t, int n) {
+    int64_t j0 = (int64_t)n * Cfg::BN, j1 = j0 + Cfg::BN - 1;
+    int64_t i0 = (int64_t)t.m_block * Cfg::BM;
+    int64_t i1 = min(i0 + Cfg::BM, (int64_t)p.sq) - 1;
+    return j1 < p.sk && j0 >= i1 + p.diag_off - p.window_left && j1 <= i0 + p.diag_off + p.window_right;
+}
+
+/* ---- producer -------------------------------------------------------------- */
+
+template <class Cfg>
+__device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
+    uint64_t *q_full = bars, *q_empty = bars + 1;
+    uint64_t *k_full = bars + 2, *k_empty = k_full + Cfg::STAGES;
+    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
+    tma_prefetch_map(&p.tm_q);
+    tma_prefetch_map(&p.tm_k);
+    tma_prefetch_map(&p.tm_v);
+    tma_prefetch_map(&p.tm_o);
+    uint32_t it = 0, tile_iter = 0;
+    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
+        if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
+        int kv_head = tile.head / p.q_per_kv;
+        /* A fresh barrier counts as having completed the phase before phase 0,
+         * so the first wait on an "empty" barrier uses parity 1 and passes. */
+        mbar_wait(q_empty, (tile_iter & 1) ^ 1);
+        mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+        for (int s = 0; s < Cfg::SLABS; ++s)
+            tma_load_4d(smem + Cfg::OFF_Q + s * Cfg::Q_SLAB, &p.tm_q, q_full, s * 64, tile.m_block * Cfg::BM,
+                        tile.head, tile.batch);
+        for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
+            uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
+            mbar_wait(&k_empty[stage], parity);
+            mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
+            uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
+            for (int s = 0; s < Cfg::SLABS; ++s)
+                tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * 64, n * Cfg::BN, kv_head,
+                            tile.batch);
+            mbar_wait(&v_empty[stage], parity);
+            mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
+            uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
+            for (int s = 0; s < Cfg::SLABS; ++s)
+                tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, n * Cfg::BN, kv_head,
+                            tile.batch);
+        }
+        ++tile_iter;
+    }
+}
+
+/* ---- consumer building blocks ---------------------------------------------- */
+
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (N == 64 && BF16) wgmma_ss_m64n64_bf16(d, da, db, accumulate);
+    if constexpr (N == 64 && !BF16) wgmma_ss_m64n64_f16(d, da, db, accumulate);
+    if constexpr (N == 128 && BF16) wgmma_ss_m64n128_bf16(d, da, db, accumulate);
+    if constexpr (N == 128 && !BF16) wgmma_ss_m64n128_f16(d, da, db, accumulate);
+}
+
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int accumulate) {
+    if constexpr (N == 64 && BF16) wgmma_rs_m64n64_bf16(d, a, db, accumulate);
+    if constexpr (N == 64 && !BF16) wgmma_rs_m64n64_f16(d, a, db, accumulate);
+    if constexpr (N == 128 && BF16) wgmma_rs_m64n128_bf16(d, a, db, accumulate);
+    if constexpr (N == 128 && !BF16) wgmma_rs_m64n128_f16(d, a, db, accumulate);
+    if constexpr (N == 256 && BF16) wgmma_rs_m64n256_bf16(d, a, db, accumulate);
+    if constexpr (N == 256 && !BF16) wgmma_rs_m64n256_f16(d, a, db, accumulate);
+}
+
+/* Issue S = Q K^T for this warpgroup's 64 rows (one commit group). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_t k_addr) {
+    fence_regs<Cfg::BN / 2>(S);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Cfg::D / 16; ++k) {
+        /* k-step k: slab k/4, 32 bytes (16 elements) per step inside the slab */
+        uint32_t off = (k % 4) * 32;
+        uint64_t da = smem_desc_sw128(q_addr + (k / 4) * Cfg::Q_SLAB + off, 16);
+        uint64_t db = smem_desc_sw128(k_addr + (k / 4) * Cfg::KV_SLAB + off, 16);
+        wgmma_ss<Cfg::BN, Cfg::BF16>(S, da, db, k > 0);
+    }
+    wgmma_commit();
+    fence_regs<Cfg::BN / 2>(S);
+}
+
+/* Issue O (+)= P V (one commit group). V is [key][d] in smem: an MN-major B
+ * operand whose 64-column slabs lie KV_SLAB bytes apart (the LBO). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t v_addr, int accumulate) {
+    fence_regs<Cfg::D / 2>(O);
+    fence_regs<Cfg::BN / 4>(P);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Cfg::BN / 16; ++k) {
+        uint64_t db = smem_desc_sw128(v_addr + k * 16 * 128, Cfg::KV_SLAB); /* 16 keys = 2048 B */
+        wgmma_rs<Cfg::D, Cfg::BF16>(O, P + 4 * k, db, accumulate || k > 0);
+    }
+    wgmma_commit();
+    fence_regs<Cfg::D / 2>(O);
+}
+
+/* Softcap and mask one S block in place (raw scores -> -inf where hidden). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_mask_block(float *S, const Sm90FwdParams &p, int n, const int *key_lo,
+                                                const int *key_hi, int quad_col) {
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 2; ++i) {
+        int j = n * Cfg::BN + 8 * (i / 4) + quad_col + (i % 2);
+        int h = (i / 2) % 2;
+        if (j < key_lo[h] || j >= key_hi[h]) S[i] = -INFINITY;
+    }
+}
+
+/* Online softmax step on one S block: updates the running max, returns the
+ * factor that rescales the old O and row sums, and leaves exp2 in S. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_softmax_block(float *S, float *row_max, float *row_sum, float *rescale,
+                                                   float scale_log2) {
+    float mx[2] = {row_max[0], row_max[1]};
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 2; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], S[i]);
+    float sub[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1)); /* quad owns the row */
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        sub[h] = mx[h] == -INFINITY ? 0.f : mx[h] * scale_log2; /* fully hidden row: avoid inf - inf */
+        rescale[h] = fast_exp2(row_max[h] * scale_log2 - sub[h]);  /* old max -inf gives 0 */
+        row_max[h] = mx[h];
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 2; ++i) {
+        int h = (i / 2) % 2;
+        S[i] = fast_exp2(fmaf(S[i], scale_log2, -sub[h]));
+        sum[h] += S[i];
+    }
+    /* per-thread partial sums; the quad is reduced once in the epilogue */
+    row_sum[0] = row_sum[0] * rescale[0] + sum[0];
+    row_sum[1] = row_sum[1] * rescale[1] + sum[1];
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    if constexpr (BF16) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo -> lower column */
+        return *reinterpret_cast<uint32_t *>(&v);
+    } else {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+}
+
+/* S (f32 accumulator) -> P (16-bit A fragments of the P V GEMM). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_pack_p(uint32_t *P, const float *S) {
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = pack2<Cfg::BF16>(S[2 * i], S[2 * i + 1]);
+}
+
+/* Rows of a tile with no visible key: zeros straight to global memory. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, const Sm90Tile &t, int wg, int tid) {
+    constexpr int CHUNKS = Cfg::D / 8; /* 16-byte chunks per row */
+    int row0 = t.m_block * Cfg::BM + wg * 64;
+    for (int c = tid; c < 64 * CHUNKS; c += 128) {
+        int r = row0 + c / CHUNKS;
+        if (r >= p.sq) continue;
+        uint8_t *dst = (uint8_t *)p.out + 2 * (t.batch * p.out_sb + r * p.out_ss + t.head * p.out_sh +
+                                               (int64_t)(c % CHUNKS) * 8);
+        *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* ---- consumer ---------------------------------------------------------------- */
+
+template <class Cfg>
+__device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int wg) {
+    uint64_t *q_full = bars, *q_empty = bars + 1;
+    uint64_t *k_full = bars + 2, *k_empty = k_full + Cfg::STAGES;
+    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int quad_col = 2 * (lane % 4);
+    const int row_in_wg = warp * 16 + lane / 4; /* and row_in_wg + 8 */
+    const uint32_t q_addr = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * 128;
+    const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
+    uint8_t *o_stage = smem + Cfg::OFF_O + wg * 64 * 128; /* this warpgroup's 64 rows of each slab */
+    const int my_turn = BAR_TURN0 + wg, other_turn = BAR_TURN0 + (1 - wg);
+
+    if (wg == 1) named_bar_arrive(BAR_TURN0, 256); /* consumer 0 takes the first turn */
+
+    uint32_t it = 0, tile_iter = 0;
+    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
+        const int row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg; /* global query rows row0, row0+8 */
+        if (tile.n_hi <= tile.n_lo) {
+            sm90_store_zero_rows<Cfg>(p, tile, wg, tid);
+            if (p.lse && lane % 4 == 0)
+                for (int h = 0; h < 2; ++h)
+                    if (row0 + 8 * h < p.sq)
+                        p.lse[tile.batch * p.lse_sb + tile.head * p.lse_sh + (row0 + 8 * h) * p.lse_ss] = -INFINITY;
+            continue;
+        }
+        /* Visible keys [key_lo, key_hi) of this thread's two rows. */
+        int key_lo[2], key_hi[2];
+        for (int h = 0; h < 2; ++h) {
+            int64_t c = (int64_t)row0 + 8 * h + p.diag_off;
+            key_lo[h] = (int)max((int64_t)0, min((int64_t)p.sk, c - p.window_left));
+            key_hi[h] = (int)max((int64_t)0, min((int64_t)p.sk, c + p.window_right + 1));
+        }
+
+        float O[Cfg::D / 2];
+        float S[Cfg::BN / 2];
+        uint32_t P[Cfg::BN / 4];
+        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
+
+        mbar_wait(q_full, tile_iter & 1);
+
+        /* First (highest) kv block: S only, nothing to overlap with yet. */
+        int n = tile.n_hi - 1;
+        uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
+        mbar_wait(&k_full[stage], parity);
+        named_bar_sync(my_turn, 256);
+        sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
+        named_bar_arrive(other_turn, 256);
+        wgmma_wait<0>();
+        fence_regs<Cfg::BN / 2>(S);
+        if (tid == 0) mbar_arrive(&k_empty[stage]);
+        if (p.softcap_pre != 0.f)
+            for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * p.softcap_pre);
+        if (!sm90_block_unmasked<Cfg>(p, tile, n)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
+        sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, p.scale_log2);
+        sm90_pack_p<Cfg>(P, S);
+        uint32_t prev_stage = stage, prev_parity = parity;
+        ++it;
+        int o_started = 0;
+
+        /* Steady state: S_n = Q K_n^T and O += P_{n+1} V_{n+1} in one turn; the
+         * softmax of S_n runs while P V is still on the tensor cores. */
+        for (n = tile.n_hi - 2; n >= tile.n_lo; --n, ++it) {
+            stage = it % Cfg::STAGES;
+            parity = (it / Cfg::STAGES) & 1;
+            mbar_wait(&k_full[stage], parity);
+            named_bar_sync(my_turn, 256);
+            sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
+            mbar_wait(&v_full[prev_stage], prev_parity);
+            sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
+            named_bar_arrive(other_turn, 256);
+            wgmma_wait<1>(); /* S done; P V may still run */
+            fence_regs<Cfg::BN / 2>(S);
+            if (tid == 0) mbar_arrive(&k_empty[stage]);
+            if (p.softcap_pre != 0.f)
+                for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * p.softcap_pre);
+            if (!sm90_block_unmasked<Cfg>(p, tile, n)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
+            sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, p.scale_log2);
+            wgmma_wait<0>(); /* P V done: O and P are ours again */
+            fence_regs<Cfg::D / 2>(O);
+            if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
+#pragma unroll
+            for (int i = 0; i < Cfg::D / 2; ++i) O[i] *= rescale[(i / 2) % 2]; /* O to the new max */
+            sm90_pack_p<Cfg>(P, S);
+            o_started = 1;
+            prev_stage = stage;
+            prev_parity = parity;
+        }
+
+        /* Last P V. */
+        mbar_wait(&v_full[prev_stage], prev_parity);
+        named_bar_sync(my_turn, 256);
+        sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
+        named_bar_arrive(other_turn, 256);
+        wgmma_wait<0>();
+        fence_regs<Cfg::D / 2>(O);
+        if (tid == 0) {
+            mbar_arrive(&v_empty[prev_stage]);
+            if (!Cfg::O_IN_Q) mbar_arrive(q_empty); /* Q no longer read by this warpgroup */
+        }
+        ++tile_iter;
+
+        /* ---- epilogue: normalise, log-sum-exp, stage O, TMA store ---- */
+        float inv[2];
+        for (int h = 0; h < 2; ++h) {
+            float l = row_sum[h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            inv[h] = l > 0.f ? 1.f / l : 0.f; /* row with no visible key: out 0 */
+            int r = row0 + 8 * h;
+            if (p.lse && lane % 4 == 0 && r < p.sq) {
+                float lse = l > 0.f ? (row_max[h] * p.scale_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
+                p.lse[tile.batch * p.lse_sb + tile.head * p.lse_sh + (int64_t)r * p.lse_ss] = lse;
+            }
+        }
+        if (!Cfg::O_IN_Q) {
+            /* The previous tile's store must have finished reading the staging buffer. */
+            if (tid == 0) tma_store_wait_read();
+            named_bar_sync(BAR_EPI0 + wg, 128);
+        }
+#pragma unroll
+        for (int i = 0; i < Cfg::D / 2; i += 2) {
+            int h = (i / 2) % 2;
+            int r = row_in_wg + 8 * h, c = 8 * (i / 4) + quad_col;
+            /* 128B swizzle: 16-byte chunk index XOR (row mod 8) */
+            uint32_t off = (c / 64) * Cfg::Q_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+            *reinterpret_cast<uint32_t *>(o_stage + off) = pack2<Cfg::BF16>(O[i] * inv[h], O[i + 1] * inv[h]);
+        }
+        fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
+        named_bar_sync(BAR_EPI0 + wg, 128);
+        if (tid == 0) {
+            for (int s = 0; s < Cfg::SLABS; ++s)
+                tma_store_4d(&p.tm_o, o_stage + s * Cfg::Q_SLAB, s * 64, tile.m_block * Cfg::BM + wg * 64, tile.head,
+                             tile.batch);
+            tma_store_commit();
+            if (Cfg::O_IN_Q) {
+                tma_store_wait_read(); /* staging aliases Q: drain before the next Q load */
+                mbar_arrive(q_empty);
+            }
+        }
+    }
+    if (tid == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
+}
+
+/* ---- kernel ------------------------------------------------------------------- */
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_constant__ Sm90FwdParams p) {
+    extern __shared__ uint8_t smem_raw[];
+    /* swizzle atoms are 1024 B and addressed absolutely: align the base */
+    uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + Cfg::OFF_BAR);
+    if (threadIdx.x == 0) {
+        mbar_init(&bars[0], 1); /* q_full: producer's expect_tx arrive */
+        mbar_init(&bars[1], 2); /* q_empty: one arrive per consumer warpgroup */
+        for (int s = 0; s < Cfg::STAGES; ++s) {
+            mbar_init(&bars[2 + s], 1);                   /* k_full */
+            mbar_init(&bars[2 + Cfg::STAGES + s], 2);     /* k_empty */
+            mbar_init(&bars[2 + 2 * Cfg::STAGES + s], 1); /* v_full */
+            mbar_init(&bars[2 + 3 * Cfg::STAGES + s], 2); /* v_empty */
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        regs_dealloc<Cfg::PRODUCER_REGS>();
+        if (threadIdx.x == 0) sm90_producer<Cfg>(p, smem, bars);
+    } else {
+        regs_alloc<Cfg::CONSUMER_REGS>();
+        sm90_consumer<Cfg>(p, smem, bars, wg - 1);
+    }
+}
+
+#endif /* FA_SM90_FWD_KERNEL_CUH */
