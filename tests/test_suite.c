@@ -77,32 +77,6 @@ static void fill_inputs(const scase *c, ft_rng *r, ft_tensor *q, ft_tensor *k, f
 static ft_layout slot(ft_layout l, int s) { return l == FT_QKV0 ? (ft_layout)(FT_QKV0 + s) : l; }
 static ft_layout out_layout(ft_layout l) { return l == FT_PADDED ? FT_PADDED : FT_CONTIG; }
 
-/* Compare one result tensor; returns 1 if it passes, printing why not. */
-static int check_tensor(const char *what, const ft_tensor *got, const float *ref, const float *naive,
-                        const uint8_t *must_be_zero, fa_dtype dt, int is_grad, double magnitude,
-                        char *summary, size_t summary_len) {
-    int ok = 1;
-    int64_t n = ft_numel(got);
-    float *g = ft_to_f32(got);
-    ft_err e = ft_compare(g, ref, n);
-    ft_err eb = ft_compare(naive, ref, n);
-    if (magnitude < e.max_ref) magnitude = e.max_ref;
-    double tol = ft_tolerance(dt, eb.max_err, magnitude, is_grad);
-    if (!ft_padding_intact(got)) ok = ft_note("%s: wrote outside the logical tensor (padding changed)", what);
-    if (e.nan) ok = ft_note("%s: %lld NaN (unwritten or computed)", what, (long long)e.nan);
-    int64_t z = must_be_zero ? ft_exact_zero_violations(g, must_be_zero, n) : 0;
-    if (z) ok = ft_note("%s: %lld elements should be exactly 0 (masked rows / unseen keys)", what, (long long)z);
-    if (!(e.max_err <= tol)) {
-        ok = ft_note("%s: max err %.3g > tol %.3g (naive %.3g, max|ref| %.3g) at element %lld: got %g want %g",
-                     what, e.max_err, tol, eb.max_err, e.max_ref, (long long)e.worst,
-                     e.worst >= 0 ? g[e.worst] : 0.0, e.worst >= 0 ? ref[e.worst] : 0.0);
-    }
-    size_t used = strlen(summary);
-    snprintf(summary + used, summary_len - used, "%s%s %.2g/%.2g", used ? ", " : "", what, e.max_err, tol);
-    free(g);
-    return ok;
-}
-
 static fa_status call_fwd(fa_context *ctx, ft_tensor *q, ft_tensor *k, ft_tensor *v, const fa_options *o,
                           ft_tensor *out, ft_tensor *lse, int on_device) {
     fa_tensor tq, tk, tv, to, tl;
@@ -202,10 +176,10 @@ static void run_case(const scase *c) {
     }
     {
         uint8_t *masked = ft_masked_rows(&np, (float *)lse_ref.host, c->Dv);
-        fwd_ok &= check_tensor("out", &out, (float *)out_ref.host, out_naive, masked, c->dt, 0, 0.0, summary,
+        fwd_ok &= ft_check_result("out", &out, (float *)out_ref.host, out_naive, masked, c->dt, 0, 0.0, summary,
                                sizeof summary);
         /* lse is float32 on every backend: the naive baseline gives the f32 accuracy. */
-        fwd_ok &= check_tensor("lse", &lse, (float *)lse_ref.host, lse_naive, NULL, FA_F32, 0, 0.0, summary,
+        fwd_ok &= ft_check_result("lse", &lse, (float *)lse_ref.host, lse_naive, NULL, FA_F32, 0, 0.0, summary,
                                sizeof summary);
         free(masked);
         ft_check(fwd_ok, name, "fwd %s", summary);
@@ -249,7 +223,7 @@ static void run_case(const scase *c) {
                 uint8_t *zero[3] = {ft_masked_rows(&np, (float *)lse_ref.host, c->D), ft_unseen_keys(&np, c->D),
                                     ft_unseen_keys(&np, c->Dv)};
                 for (int i = 0; i < 3; ++i) {
-                    ok &= check_tensor(names[i], &g[i], (float *)g_ref[i].host, naive[i], zero[i], c->dt, 1,
+                    ok &= ft_check_result(names[i], &g[i], (float *)g_ref[i].host, naive[i], zero[i], c->dt, 1,
                                        magnitude, bsum, sizeof bsum);
                     free(zero[i]);
                 }

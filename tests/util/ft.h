@@ -152,6 +152,15 @@ int64_t ft_exact_zero_violations(const float *x, const uint8_t *must_be_zero, in
  */
 double ft_tolerance(fa_dtype t, double baseline_err, double magnitude, int is_grad);
 
+/* Check one result of the backend under test: every element written (no NaN),
+ * padding untouched, exact zeros where must_be_zero (may be NULL) says so, and
+ * max error within ft_tolerance() of the naive baseline's error (magnitude:
+ * see ft_tolerance; the tensor's own max|ref| is always included). Prints a
+ * note per problem, appends "what err/tol" to summary; returns 1 if it passes. */
+int ft_check_result(const char *what, const ft_tensor *got, const float *ref, const float *naive,
+                    const uint8_t *must_be_zero, fa_dtype dt, int is_grad, double magnitude,
+                    char *summary, size_t summary_len);
+
 /* ------------------------------------------------------------------------- */
 /* Naive attention in storage precision (the baseline) and in float64        */
 /* ------------------------------------------------------------------------- */
@@ -165,6 +174,8 @@ typedef struct ft_problem {
     const float *alibi;       /* NULL, (Hq) or (B, Hq) */
     int alibi_per_batch;
     const uint8_t *keep;      /* optional explicit dropout mask (B, Hq, Sq, Sk) */
+    int64_t batch0;           /* batch index of batch 0, for dropout counters and per-batch
+                                 ALiBi when one sequence of a larger call is checked alone */
 } ft_problem;
 
 /* Whether key j is visible to query i (mask only). */

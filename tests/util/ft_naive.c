@@ -60,7 +60,7 @@ uint8_t *ft_unseen_keys(const ft_problem *p, int64_t width) {
 
 static double alibi_slope(const ft_problem *p, int64_t b, int64_t h) {
     if (!p->alibi) return 0.0;
-    return p->alibi[(p->alibi_per_batch ? b * p->Hq : 0) + h];
+    return p->alibi[(p->alibi_per_batch ? (b + p->batch0) * p->Hq : 0) + h];
 }
 
 /* 1 / (1 - p) times keep, or 1 without dropout. */
@@ -68,7 +68,7 @@ static double dropout_factor(const ft_problem *p, int64_t b, int64_t h, int64_t 
     float dp = p->opts.dropout_p;
     if (!p->keep && dp == 0.0f) return 1.0;
     int keep = p->keep ? p->keep[((b * p->Hq + h) * p->Sq + i) * p->Sk + j]
-                       : fa_dropout_keep(p->opts.dropout_seed, p->opts.dropout_offset, dp, b, h, i, j);
+                       : fa_dropout_keep(p->opts.dropout_seed, p->opts.dropout_offset, dp, b + p->batch0, h, i, j);
     return keep ? 1.0 / (1.0 - (double)dp) : 0.0;
 }
 

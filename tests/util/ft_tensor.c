@@ -254,6 +254,32 @@ int64_t ft_exact_zero_violations(const float *x, const uint8_t *must_be_zero, in
     return bad;
 }
 
+/* Compare one result tensor; returns 1 if it passes, printing why not. */
+int ft_check_result(const char *what, const ft_tensor *got, const float *ref, const float *naive,
+                        const uint8_t *must_be_zero, fa_dtype dt, int is_grad, double magnitude,
+                        char *summary, size_t summary_len) {
+    int ok = 1;
+    int64_t n = ft_numel(got);
+    float *g = ft_to_f32(got);
+    ft_err e = ft_compare(g, ref, n);
+    ft_err eb = ft_compare(naive, ref, n);
+    if (magnitude < e.max_ref) magnitude = e.max_ref;
+    double tol = ft_tolerance(dt, eb.max_err, magnitude, is_grad);
+    if (!ft_padding_intact(got)) ok = ft_note("%s: wrote outside the logical tensor (padding changed)", what);
+    if (e.nan) ok = ft_note("%s: %lld NaN (unwritten or computed)", what, (long long)e.nan);
+    int64_t z = must_be_zero ? ft_exact_zero_violations(g, must_be_zero, n) : 0;
+    if (z) ok = ft_note("%s: %lld elements should be exactly 0 (masked rows / unseen keys)", what, (long long)z);
+    if (!(e.max_err <= tol)) {
+        ok = ft_note("%s: max err %.3g > tol %.3g (naive %.3g, max|ref| %.3g) at element %lld: got %g want %g",
+                     what, e.max_err, tol, eb.max_err, e.max_ref, (long long)e.worst,
+                     e.worst >= 0 ? g[e.worst] : 0.0, e.worst >= 0 ? ref[e.worst] : 0.0);
+    }
+    size_t used = strlen(summary);
+    snprintf(summary + used, summary_len - used, "%s%s %.2g/%.2g", used ? ", " : "", what, e.max_err, tol);
+    free(g);
+    return ok;
+}
+
 double ft_tolerance(fa_dtype t, double baseline_err, double magnitude, int is_grad) {
     double rel_floor = t == FA_F16 ? 1.0 / 2048 : t == FA_BF16 ? 1.0 / 256 : 1e-5;
     double mult = is_grad ? 3.0 : 2.0;
