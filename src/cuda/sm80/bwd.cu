@@ -1,0 +1,414 @@
+/*
+ * Backward attention on Ampere-class tensor cores (mma.sync m16n8k16).
+ *
+ * Three kernels:
+ *   preprocess  Delta_i = rowsum(dO_i * O_i) and lse in log2 units, per (row, head);
+ *   main        one CTA per (key tile, kv head, batch); it walks the query heads
+ *               that share the kv head and, for each, the query tiles that see its
+ *               keys, keeping dK and dV in registers:
+ *                 S^T = K Q^T, dP^T = V dO^T        (keys are the rows: the
+ *                 P^T, dS^T                          accumulators are the A operands
+ *                 dV += P^T dO, dK += dS^T Q         of the next products as is)
+ *                 dQ += dS K                         (dS^T through shared memory)
+ *               dQ goes to a float32 accumulator with atomics; in deterministic
+ *               mode the key tiles of one (row tile, head) add in key order,
+ *               ordered by a per-tile semaphore;
+ *   convert     dq = dq_accum in the storage type.
+ * Summing dK/dV over the query heads of a group inside the CTA keeps GQA/MQA
+ * deterministic and needs no dk/dv accumulators.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "philox.h"
+#include "sm80.h"
+#include "tile.cuh"
+
+#define LOG2E_F 1.4426950408889634f
+
+typedef struct bwd_ws {
+    float *lse2;      /* (Hq, B*Sq): lse * log2(e); +inf for rows with no key */
+    float *delta;     /* (Hq, B*Sq) */
+    float *dq_accum;  /* (B*Sq, Hq, D) */
+    int *sem;         /* (B, Hq, m_blocks): deterministic ordering */
+} bwd_ws;
+
+typedef struct bwd_args {
+    bwd_ws ws;
+    int aligned_in;
+    int aligned_out;
+    int m_blocks;
+    uint32_t drop_threshold;
+    float drop_scale;
+    float inv_softcap;
+} bwd_args;
+
+/* ------------------------------------------------------------------------- */
+/* Preprocess: one warp per (row, head).                                      */
+/* ------------------------------------------------------------------------- */
+template <typename T>
+__global__ void sm80_bwd_preprocess(const __grid_constant__ fa_problem p, const __grid_constant__ bwd_args a) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int i = blockIdx.x * (blockDim.x / 32) + warp;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (i >= p.Sq) return;
+    const int64_t slot = (int64_t)h * p.B * p.Sq + (int64_t)b * p.Sq + i;
+    if (i >= fa_seqlen_q(&p, b)) { /* varlen padding rows: harmless values */
+        if (lane == 0) { a.ws.delta[slot] = 0.0f; a.ws.lse2[slot] = INFINITY; }
+        return;
+    }
+    const T *o = (const T *)p.out.data + fa_q_offset(&p, &p.out, b, i, h);
+    const T *dout = (const T *)p.dout.data + fa_q_offset(&p, &p.dout, b, i, h);
+    float acc = 0.0f;
+    for (int d = lane; d < p.Dv; d += 32) acc += to_f32(o[d]) * to_f32(dout[d]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) {
+        const float lse = p.lse[fa_lse_offset(&p, b, h, i)];
+        a.ws.delta[slot] = acc;
+        a.ws.lse2[slot] = lse == -INFINITY ? INFINITY : lse * LOG2E_F; /* +inf makes every P of the row 0 */
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Convert: dq = dq_accum (already scaled).                                   */
+/* ------------------------------------------------------------------------- */
+template <typename T>
+__global__ void sm80_bwd_convert(const __grid_constant__ fa_problem p, const __grid_constant__ bwd_args a) {
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    if (i >= fa_seqlen_q(&p, b)) return;
+    const float *src = a.ws.dq_accum + (((int64_t)b * p.Sq + i) * p.Hq + h) * p.D;
+    T *dst = (T *)p.dq.data + fa_q_offset(&p, &p.dq, b, i, h);
+    for (int d = threadIdx.x; d < p.D; d += blockDim.x) dst[d] = from_f32<T>(src[d]);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Main kernel                                                                */
+/* ------------------------------------------------------------------------- */
+
+/* Key j is visible from query i (both inside the sequence). */
+__device__ __forceinline__ bool visible(const fa_problem &p, int64_t i, int64_t j, int sq, int sk, int diag) {
+    const int64_t c = i + diag;
+    return i < sq && j < sk && (p.window_left >= FA_UNBOUNDED || j >= c - p.window_left) &&
+           (p.window_right >= FA_UNBOUNDED || j <= c + p.window_right);
+}
+
+/* Bounded spin on a semaphore (a broken ordering must not hang the device). */
+__device__ __forceinline__ void sem_wait(const int *sem, int value) {
+    for (long spins = 0; spins < (1l << 26); ++spins) {
+        int v;
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem));
+        if (v == value) return;
+        __nanosleep(32);
+    }
+}
+__device__ __forceinline__ void sem_release(int *sem, int value) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(sem), "r"(value));
+}
+
+template <typename T, int HD, int NW, int BN, int BM>
+__global__ void __launch_bounds__(NW * 32, 1)
+sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bwd_args a) {
+    constexpr int NT = NW * 32;
+    constexpr int KG = BN / 16;        /* key groups of 16 rows */
+    constexpr int DSL = NW / KG;       /* head-dim slices per key group */
+    constexpr int SL = HD / DSL;       /* dK/dV columns per warp */
+    constexpr int MQ = BM / 16;        /* query m tiles for dQ */
+    constexpr int QC = HD / (NW / MQ); /* dQ columns per warp */
+    constexpr int NQ = BM / 8;         /* n8 tiles of S^T (query columns) */
+    static_assert(KG * DSL == NW && MQ * (NW / MQ) == NW && QC % 16 == 0 && SL % 16 == 0, "tile shape");
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *sK = (T *)smem_raw;
+    T *sV = sK + BN * HD;
+    T *sQ = sV + BN * HD;
+    T *sdO = sQ + BM * HD;
+    T *sdS = sdO + BM * HD;                 /* (BN keys, BM queries), swizzled rows of BM */
+    float *sLse = (float *)(sdS + BN * BM);
+    float *sDelta = sLse + BM;
+
+    const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const int sq = (int)fa_seqlen_q(&p, b), sk = (int)fa_seqlen_k(&p, b);
+    const int n0 = n_block * BN;
+    if (n0 >= sk) return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int kg = warp % KG, ds = warp / KG;     /* dK/dV: key group, column slice */
+    const int mq = warp % MQ, qs = warp / MQ;     /* dQ: m tile, column slice */
+    const bool aligned = a.aligned_in;
+    const int diag = (int)fa_diag_offset(&p, sq, sk);
+    const int kD = ((int)p.D + 15) / 16, kDv = ((int)p.Dv + 15) / 16;
+    const int64_t R = p.B * p.Sq;
+
+    /* Query rows that see any key of this tile: [i_begin, i_end). */
+    const int n1 = min(n0 + BN, sk);
+    int64_t i_begin = p.window_right >= FA_UNBOUNDED ? 0 : (int64_t)n0 - diag - p.window_right;
+    int64_t i_end = p.window_left >= FA_UNBOUNDED ? sq : (int64_t)n1 - diag + p.window_left;
+    if (i_begin < 0) i_begin = 0;
+    if (i_end > sq) i_end = sq;
+    const int m_lo = (int)(i_begin / BM);
+    const int m_hi = i_end > i_begin ? (int)((i_end + BM - 1) / BM) : m_lo;
+
+    tile_load<T, HD, BN, NT>(sK, p, p.k, true, b, n0, hk, sk - n0, (int)p.D, aligned);
+    tile_load<T, HD, BN, NT>(sV, p, p.v, true, b, n0, hk, sk - n0, (int)p.Dv, aligned);
+    cp_async_commit();
+
+    float dk[SL / 8][4], dv[SL / 8][4];
+#pragma unroll
+    for (int d = 0; d < SL / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.0f;
+
+    const int group = (int)(p.Hq / p.Hk);
+    for (int h = hk * group; h < (hk + 1) * group; ++h) {
+        const float slope = fa_alibi_slope(&p, b, h);
+        for (int m = m_lo; m < m_hi; ++m) {
+            const int m0 = m * BM;
+            __syncthreads(); /* the previous tile's readers of sQ, sdO, sdS are done */
+            tile_load<T, HD, BM, NT>(sQ, p, p.q, false, b, m0, h, sq - m0, (int)p.D, aligned);
+            tile_load<T, HD, BM, NT>(sdO, p, p.dout, false, b, m0, h, sq - m0, (int)p.Dv, aligned);
+            cp_async_commit();
+            for (int r = threadIdx.x; r < BM; r += NT) {
+                const int i = m0 + r;
+                const int64_t slot = (int64_t)h * R + (int64_t)b * p.Sq + i;
+                sLse[r] = i < sq ? a.ws.lse2[slot] : INFINITY;
+                sDelta[r] = i < sq ? a.ws.delta[slot] : 0.0f;
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+
+            /* S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys. */
+            float st[NQ][4], dpt[NQ][4];
+#pragma unroll
+            for (int j = 0; j < NQ; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; ++kk) {
+                if (kk >= kD) break;
+                uint32_t ka[4];
+                ldmatrix_x4(ka, smem_addr(sK + tile_chunk<HD>(kg * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+#pragma unroll
+                for (int nq = 0; nq < BM / 16; ++nq) {
+                    uint32_t qb[4];
+                    ldmatrix_x4(qb, smem_addr(sQ + tile_chunk<HD>(nq * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1))));
+                    mma_16816<T>(st[2 * nq], ka, qb[0], qb[1]);
+                    mma_16816<T>(st[2 * nq + 1], ka, qb[2], qb[3]);
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; ++kk) {
+                if (kk >= kDv) break;
+                uint32_t va[4];
+                ldmatrix_x4(va, smem_addr(sV + tile_chunk<HD>(kg * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+#pragma unroll
+                for (int nq = 0; nq < BM / 16; ++nq) {
+                    uint32_t ob[4];
+                    ldmatrix_x4(ob, smem_addr(sdO + tile_chunk<HD>(nq * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1))));
+                    mma_16816<T>(dpt[2 * nq], va, ob[0], ob[1]);
+                    mma_16816<T>(dpt[2 * nq + 1], va, ob[2], ob[3]);
+                }
+            }
+
+            /* P^T (dropped, into st) and dS^T (into dpt), element by element. */
+            const bool full = m0 + BM <= sq && n0 + BN <= sk &&
+                              (p.window_left >= FA_UNBOUNDED || (int64_t)n0 >= (int64_t)m0 + BM - 1 + diag - p.window_left) &&
+                              (p.window_right >= FA_UNBOUNDED || (int64_t)n0 + BN - 1 <= (int64_t)m0 + diag + p.window_right);
+#pragma unroll
+            for (int j = 0; j < NQ; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = n0 + kg * 16 + g + (e >> 1) * 8;
+                    const int qc = j * 8 + 2 * t + (e & 1);
+                    const int row = m0 + qc;
+                    float u = st[j][e] * p.scale, dcap = 1.0f;
+                    if (p.softcap > 0.0f) {
+                        const float tc = tanhf(u * a.inv_softcap);
+                        u = p.softcap * tc;
+                        dcap = 1.0f - tc * tc; /* d(c tanh(x/c))/dx */
+                    }
+                    if (p.alibi) u -= slope * fabsf((float)(row + diag - key));
+                    float pr = fast_exp2(u * LOG2E_F - sLse[qc]);
+                    if (!full && !visible(p, row, key, sq, sk, diag)) pr = 0.0f;
+                    float z = 1.0f; /* dropout factor keep / (1 - p) */
+                    if (p.dropout_p > 0.0f) {
+                        uint32_t r[4];
+                        fa_dropout_words(p.dropout_seed, p.dropout_offset, b, h, row, key >> 2, r);
+                        z = r[key & 3] >= a.drop_threshold ? a.drop_scale : 0.0f;
+                    }
+                    dpt[j][e] = pr * (dpt[j][e] * z - sDelta[qc]) * dcap;
+                    st[j][e] = pr * z;
+                }
+
+            /* dV += P^T dO and dK += dS^T Q over this warp's column slice. */
+#pragma unroll
+            for (int c = 0; c < BM / 16; ++c) {
+                uint32_t pa[4], sa[4];
+                pa[0] = pack2<T>(st[2 * c][0], st[2 * c][1]);
+                pa[1] = pack2<T>(st[2 * c][2], st[2 * c][3]);
+                pa[2] = pack2<T>(st[2 * c + 1][0], st[2 * c + 1][1]);
+                pa[3] = pack2<T>(st[2 * c + 1][2], st[2 * c + 1][3]);
+                sa[0] = pack2<T>(dpt[2 * c][0], dpt[2 * c][1]);
+                sa[1] = pack2<T>(dpt[2 * c][2], dpt[2 * c][3]);
+                sa[2] = pack2<T>(dpt[2 * c + 1][0], dpt[2 * c + 1][1]);
+                sa[3] = pack2<T>(dpt[2 * c + 1][2], dpt[2 * c + 1][3]);
+#pragma unroll
+                for (int dn = 0; dn < SL / 16; ++dn) {
+                    const int chunk = ds * (SL / 8) + dn * 2 + (lane >> 4);
+                    if (ds * SL + dn * 16 < p.Dv) {
+                        uint32_t ob[4];
+                        ldmatrix_x4_trans(ob, smem_addr(sdO + tile_chunk<HD>(c * 16 + (lane & 15), chunk)));
+                        mma_16816<T>(dv[2 * dn], pa, ob[0], ob[1]);
+                        mma_16816<T>(dv[2 * dn + 1], pa, ob[2], ob[3]);
+                    }
+                    if (ds * SL + dn * 16 < p.D) {
+                        uint32_t qb[4];
+                        ldmatrix_x4_trans(qb, smem_addr(sQ + tile_chunk<HD>(c * 16 + (lane & 15), chunk)));
+                        mma_16816<T>(dk[2 * dn], sa, qb[0], qb[1]);
+                        mma_16816<T>(dk[2 * dn + 1], sa, qb[2], qb[3]);
+                    }
+                }
+                /* dS^T to shared memory for dQ (one slice writes it). */
+                if (ds == 0) {
+#pragma unroll
+                    for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+                        for (int hf = 0; hf < 2; ++hf) {
+                            const int key = kg * 16 + g + hf * 8, qc = (2 * c + jj) * 8 + 2 * t;
+                            *(uint32_t *)(sdS + tile_chunk<BM>(key, qc / 8) + (qc % 8)) = sa[jj * 2 + hf];
+                        }
+                }
+            }
+            __syncthreads(); /* dS^T complete */
+
+            /* dQ (BM x HD) = dS K for this warp's m tile and column slice. */
+            float dq[QC / 8][4];
+#pragma unroll
+            for (int d = 0; d < QC / 8; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < BN / 16; ++kc) {
+                uint32_t da[4];
+                ldmatrix_x4_trans(da, smem_addr(sdS + tile_chunk<BM>(kc * 16 + ((lane >> 4) << 3) + (lane & 7), mq * 2 + ((lane >> 3) & 1))));
+#pragma unroll
+                for (int dn = 0; dn < QC / 16; ++dn) {
+                    if (qs * QC + dn * 16 >= p.D) break;
+                    uint32_t kb[4];
+                    ldmatrix_x4_trans(kb, smem_addr(sK + tile_chunk<HD>(kc * 16 + (lane & 15), qs * (QC / 8) + dn * 2 + (lane >> 4))));
+                    mma_16816<T>(dq[2 * dn], da, kb[0], kb[1]);
+                    mma_16816<T>(dq[2 * dn + 1], da, kb[2], kb[3]);
+                }
+            }
+            int *sem = a.ws.sem + ((int64_t)b * p.Hq + h) * a.m_blocks + m;
+            int rank = 0;
+            if (p.deterministic) { /* key tiles add in order: rank among the tiles this row tile sees */
+                int64_t lo, hi;
+                fa_key_range(&p, sq, sk, m0, &lo, &hi);
+                rank = n_block - (int)(lo / BN);
+                if (threadIdx.x == 0) sem_wait(sem, rank);
+                __syncthreads();
+            }
+#pragma unroll
+            for (int d = 0; d < QC / 8; ++d)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = m0 + mq * 16 + g + (e >> 1) * 8;
+                    const int col = qs * QC + d * 8 + 2 * t + (e & 1);
+                    if (row < sq && col < p.D)
+                        atomicAdd(a.ws.dq_accum + (((int64_t)b * p.Sq + row) * p.Hq + h) * p.D + col, dq[d][e] * p.scale);
+                }
+            if (p.deterministic) {
+                __threadfence();
+                __syncthreads();
+                if (threadIdx.x == 0) sem_release(sem, rank + 1);
+            }
+        }
+    }
+
+    /* dK = scale * sum dS^T Q, dV = sum P^T dO, for keys inside the sequence. */
+#pragma unroll
+    for (int d = 0; d < SL / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = n0 + kg * 16 + g + (e >> 1) * 8;
+            const int col = ds * SL + d * 8 + 2 * t + (e & 1);
+            if (key >= sk) continue;
+            if (col < p.D) ((T *)p.dk.data)[fa_k_offset(&p, &p.dk, b, key, hk) + col] = from_f32<T>(dk[d][e] * p.scale);
+            if (col < p.Dv) ((T *)p.dv.data)[fa_k_offset(&p, &p.dv, b, key, hk) + col] = from_f32<T>(dv[d][e]);
+        }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Host side                                                                  */
+/* ------------------------------------------------------------------------- */
+
+#define BWD_BM 64
+
+static size_t round_up(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static int64_t bwd_m_blocks(const fa_problem *p) { return (p->Sq + BWD_BM - 1) / BWD_BM; }
+
+extern "C" size_t sm80_bwd_workspace(const fa_problem *p) {
+    const size_t rows = (size_t)(p->B * p->Sq * p->Hq);
+    return 2 * round_up(rows * sizeof(float)) + round_up(rows * (size_t)p->D * sizeof(float)) +
+           round_up((size_t)(p->B * p->Hq * bwd_m_blocks(p)) * sizeof(int));
+}
+
+static int aligned16(const fa_view *v) {
+    return ((uintptr_t)v->data % 16 == 0) && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0;
+}
+
+template <typename T, int HD, int NW, int BN>
+static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
+    cudaStream_t stream = (cudaStream_t)x->stream;
+    const size_t smem = (size_t)(2 * BN * HD + 2 * BWD_BM * HD + BN * BWD_BM) * sizeof(T) + 2 * BWD_BM * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(sm80_bwd_kernel<T, HD, NW, BN, BWD_BM>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
+    const size_t rows = (size_t)(p->B * p->Sq * p->Hq);
+    e = cudaMemsetAsync(a->ws.dq_accum, 0, rows * (size_t)p->D * sizeof(float), stream);
+    if (e == cudaSuccess && p->deterministic)
+        e = cudaMemsetAsync(a->ws.sem, 0, (size_t)(p->B * p->Hq * a->m_blocks) * sizeof(int), stream);
+    if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
+
+    sm80_bwd_preprocess<T><<<dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(*p, *a);
+    const int64_t n_blocks = (p->Sk + BN - 1) / BN;
+    if (n_blocks > 0)
+        sm80_bwd_kernel<T, HD, NW, BN, BWD_BM><<<dim3((unsigned)n_blocks, (unsigned)p->Hk, (unsigned)p->B), NW * 32, smem, stream>>>(*p, *a);
+    sm80_bwd_convert<T><<<dim3((unsigned)p->Sq, (unsigned)p->Hq, (unsigned)p->B), 128, 0, stream>>>(*p, *a);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
+    return FA_OK;
+}
+
+template <typename T>
+static fa_status dispatch(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
+    const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
+    if (hd <= 64) return run<T, 64, 4, 64>(p, x, a);
+    if (hd <= 128) return run<T, 128, 8, 64>(p, x, a);
+    return run<T, 256, 8, 64>(p, x, a);
+}
+
+extern "C" fa_status sm80_bwd(const fa_problem *p, const fa_exec *x) {
+    if (p->B == 0 || p->Hq == 0 || p->Sq == 0) return FA_OK; /* nothing to write on the query side */
+    if (p->Sq > 0x7fffffff || p->Hq > 65535 || p->B > 65535)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "sm80 backward: grid too large");
+    bwd_args a;
+    const size_t rows = (size_t)(p->B * p->Sq * p->Hq);
+    char *w = (char *)x->workspace;
+    a.ws.lse2 = (float *)w;
+    w += round_up(rows * sizeof(float));
+    a.ws.delta = (float *)w;
+    w += round_up(rows * sizeof(float));
+    a.ws.dq_accum = (float *)w;
+    w += round_up(rows * (size_t)p->D * sizeof(float));
+    a.ws.sem = (int *)w;
+    a.m_blocks = (int)bwd_m_blocks(p);
+    a.aligned_in = p->D % 8 == 0 && p->Dv % 8 == 0 && aligned16(&p->q) && aligned16(&p->k) && aligned16(&p->v) &&
+                   aligned16(&p->dout);
+    a.aligned_out = 0;
+    a.drop_threshold = fa_dropout_threshold(p->dropout_p);
+    a.drop_scale = p->dropout_p > 0.0f ? 1.0f / (1.0f - p->dropout_p) : 1.0f;
+    a.inv_softcap = p->softcap > 0.0f ? 1.0f / p->softcap : 0.0f;
+    if (p->dtype == FA_BF16) return dispatch<__nv_bfloat16>(p, x, &a);
+    return dispatch<__half>(p, x, &a);
+}

@@ -1,0 +1,342 @@
+/*
+ * Forward attention on Ampere-class tensor cores (mma.sync m16n8k16).
+ *
+ * One CTA owns BM query rows of one (batch, query head) and walks the key
+ * tiles of BN keys that the mask leaves visible. Each warp owns MT * 16 rows:
+ *   S = Q K^T       Q and K fragments come from swizzled shared memory by ldmatrix
+ *   online softmax  on the S accumulator in registers, exp2 with the scale folded in
+ *   O += P V        the S accumulator, rounded to 16 bits, is the A operand as is
+ * K and V are double-buffered: the next tile's cp.async copies run during the
+ * current tile's math. Only tiles that cross a mask boundary pay for the mask.
+ *
+ * With splits > 1 (Flash-Decoding) blockIdx.z also selects a chunk of the key
+ * tiles and the CTA writes a normalised float32 partial and its lse, merged
+ * afterwards by the combine kernel (kvcache.cu).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "philox.h"
+#include "sm80.h"
+#include "tile.cuh"
+
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+
+typedef struct fwd_args {
+    float scale_log2;   /* scale * log2(e): the plain score goes straight to exp2 */
+    int mods;           /* softcap or ALiBi: scores need the general transform */
+    int splits;         /* key chunks per (batch, head, row block) */
+    float *o_part;      /* splits > 1: (splits, B, Hq, Sq, Dv) float32 */
+    float *lse_part;    /* splits > 1: (splits, B, Hq, Sq) */
+    int aligned_in;     /* q, k, v rows start on 16 bytes and D, Dv % 8 == 0 */
+    int aligned_out;    /* out rows allow 4-byte pair stores */
+    uint32_t drop_threshold;
+    float drop_scale;   /* 1 / (1 - p) */
+    float inv_softcap;
+} fwd_args;
+
+template <typename T, int HD, int NW, int MT, int BN>
+__global__ void __launch_bounds__(NW * 32, 1)
+sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fwd_args a) {
+    constexpr int BM = NW * MT * 16, NT = NW * 32, NS = BN / 8, ND = HD / 8;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *sQ = (T *)smem_raw;
+    T *sK = sQ + BM * HD;      /* two stages */
+    T *sV = sK + 2 * BN * HD;  /* two stages */
+
+    const int m_block = gridDim.x - 1 - blockIdx.x; /* longest (causal) rows first */
+    const int h = blockIdx.y;
+    const int b = blockIdx.z / a.splits, split = blockIdx.z % a.splits;
+    const int sq = (int)fa_seqlen_q(&p, b), sk = (int)fa_seqlen_k(&p, b);
+    const int m0 = m_block * BM;
+    if (m0 >= sq) return;
+    const int hk = (int)fa_kv_head(&p, h);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const bool aligned = a.aligned_in;
+
+    /* Visible keys per row are [lo, hi) with lo and hi non-decreasing in the
+     * row, so the block sees [lo(first row), hi(last row)). */
+    const int m_last = min(m0 + BM, sq) - 1;
+    int64_t lo_first, hi_first, lo_last, hi_last;
+    fa_key_range(&p, sq, sk, m0, &lo_first, &hi_first);
+    fa_key_range(&p, sq, sk, m_last, &lo_last, &hi_last);
+    int n_lo = (int)(lo_first / BN);
+    int n_hi = hi_last > lo_first ? (int)((hi_last + BN - 1) / BN) : n_lo;
+    if (a.splits > 1) { /* this split's share of the tiles */
+        const int per = (n_hi - n_lo + a.splits - 1) / a.splits;
+        n_lo = n_lo + split * per;
+        n_hi = min(n_hi, n_lo + per);
+        if (n_hi < n_lo) n_hi = n_lo;
+    }
+
+    /* Per-row key ranges for the rows this thread holds (g and g + 8 of each m tile). */
+    int row_lo[MT][2], row_hi[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            int64_t lo, hi;
+            fa_key_range(&p, sq, sk, m0 + warp * MT * 16 + mt * 16 + hf * 8 + g, &lo, &hi);
+            row_lo[mt][hf] = (int)lo;
+            row_hi[mt][hf] = (int)hi;
+        }
+    const int diag = (int)fa_diag_offset(&p, sq, sk);
+    const float slope = fa_alibi_slope(&p, b, h);
+    const int kD = ((int)p.D + 15) / 16, kDv = ((int)p.Dv + 15) / 16; /* 16-wide chunks that hold data */
+
+    /* Prologue: Q and the first K in one group, the first V in the next. */
+    tile_load<T, HD, BM, NT>(sQ, p, p.q, false, b, m0, h, sq - m0, (int)p.D, aligned);
+    if (n_lo < n_hi) tile_load<T, HD, BN, NT>(sK, p, p.k, true, b, (int64_t)n_lo * BN, hk, sk - n_lo * BN, (int)p.D, aligned);
+    cp_async_commit();
+    if (n_lo < n_hi) tile_load<T, HD, BN, NT>(sV, p, p.v, true, b, (int64_t)n_lo * BN, hk, sk - n_lo * BN, (int)p.Dv, aligned);
+    cp_async_commit();
+
+    float o[MT][ND][4];
+    float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int d = 0; d < ND; ++d) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+        m_run[mt][0] = m_run[mt][1] = -INFINITY;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+    }
+
+    for (int n = n_lo; n < n_hi; ++n) {
+        const int stage = (n - n_lo) & 1;
+        const T *cK = sK + stage * BN * HD, *cV = sV + stage * BN * HD;
+        cp_async_wait<1>(); /* K(n) has landed; V(n) may still be in flight */
+        __syncthreads();    /* ... for every thread, and the other stage is free again */
+        if (n + 1 < n_hi) {
+            const int j1 = (n + 1) * BN;
+            tile_load<T, HD, BN, NT>(sK + (stage ^ 1) * BN * HD, p, p.k, true, b, j1, hk, sk - j1, (int)p.D, aligned);
+            cp_async_commit();
+            tile_load<T, HD, BN, NT>(sV + (stage ^ 1) * BN * HD, p, p.v, true, b, j1, hk, sk - j1, (int)p.Dv, aligned);
+            cp_async_commit();
+        } else { /* empty groups keep the wait counts uniform */
+            cp_async_commit();
+            cp_async_commit();
+        }
+
+        /* S = Q K^T over the head dimension, 16 at a time. */
+        float s[MT][NS][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < NS; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; ++kk) {
+            if (kk >= kD) break; /* the rest is zero padding */
+            uint32_t qa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                ldmatrix_x4(qa[mt], smem_addr(sQ + tile_chunk<HD>(warp * MT * 16 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+#pragma unroll
+            for (int nn = 0; nn < BN / 16; ++nn) {
+                uint32_t kb[4];
+                ldmatrix_x4(kb, smem_addr(cK + tile_chunk<HD>(nn * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1))));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_16816<T>(s[mt][2 * nn], qa[mt], kb[0], kb[1]);
+                    mma_16816<T>(s[mt][2 * nn + 1], qa[mt], kb[2], kb[3]);
+                }
+            }
+        }
+
+        /* Scores in log2 units; masked entries -inf. */
+        const int j0 = n * BN;
+        const bool need_mask = !(j0 >= lo_last && j0 + BN <= hi_first);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < NS; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int hf = e >> 1;
+                    const int col = j0 + j * 8 + 2 * t + (e & 1);
+                    float v;
+                    if (!a.mods) {
+                        v = s[mt][j][e] * a.scale_log2;
+                    } else {
+                        float u = s[mt][j][e] * p.scale;
+                        if (p.softcap > 0.0f) u = p.softcap * tanhf(u * a.inv_softcap);
+                        const int row = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
+                        u -= slope * fabsf((float)(row + diag - col));
+                        v = u * LOG2E_F;
+                    }
+                    if (need_mask && (col < row_lo[mt][hf] || col >= row_hi[mt][hf])) v = -INFINITY;
+                    s[mt][j][e] = v;
+                }
+
+        /* Online softmax: new row max, rescale what was accumulated, exponentiate. */
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                float mx = m_run[mt][hf];
+#pragma unroll
+                for (int j = 0; j < NS; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* a row lives in 4 lanes */
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_use = mx == -INFINITY ? 0.0f : mx; /* fully masked so far: avoid -inf - -inf */
+                const float corr = fast_exp2(m_run[mt][hf] - m_use);
+                m_run[mt][hf] = mx;
+                l_run[mt][hf] *= corr;
+#pragma unroll
+                for (int d = 0; d < ND; ++d) {
+                    o[mt][d][2 * hf] *= corr;
+                    o[mt][d][2 * hf + 1] *= corr;
+                }
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < NS; ++j) {
+                    s[mt][j][2 * hf] = fast_exp2(s[mt][j][2 * hf] - m_use);
+                    s[mt][j][2 * hf + 1] = fast_exp2(s[mt][j][2 * hf + 1] - m_use);
+                    sum += s[mt][j][2 * hf] + s[mt][j][2 * hf + 1];
+                }
+                l_run[mt][hf] += sum; /* per-thread partial; the quad is summed at the end */
+            }
+
+        if (p.dropout_p > 0.0f) { /* the shared Philox rule: 4 columns per block of words */
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int row = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
+#pragma unroll
+                    for (int j = 0; j < NS; ++j) {
+                        const int col = j0 + j * 8 + 2 * t; /* even: col and col + 1 share a block */
+                        uint32_t r[4];
+                        fa_dropout_words(p.dropout_seed, p.dropout_offset, b, h, row, col >> 2, r);
+                        s[mt][j][2 * hf] *= r[col & 3] >= a.drop_threshold ? a.drop_scale : 0.0f;
+                        s[mt][j][2 * hf + 1] *= r[(col & 3) + 1] >= a.drop_threshold ? a.drop_scale : 0.0f;
+                    }
+                }
+        }
+
+        cp_async_wait<2>(); /* V(n) has landed (the next K and V may be in flight) */
+        __syncthreads();
+
+        /* O += P V: S tiles 2c and 2c+1 form the A fragment of key chunk c. */
+#pragma unroll
+        for (int c = 0; c < BN / 16; ++c) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                pa[mt][0] = pack2<T>(s[mt][2 * c][0], s[mt][2 * c][1]);
+                pa[mt][1] = pack2<T>(s[mt][2 * c][2], s[mt][2 * c][3]);
+                pa[mt][2] = pack2<T>(s[mt][2 * c + 1][0], s[mt][2 * c + 1][1]);
+                pa[mt][3] = pack2<T>(s[mt][2 * c + 1][2], s[mt][2 * c + 1][3]);
+            }
+#pragma unroll
+            for (int dn = 0; dn < HD / 16; ++dn) {
+                if (dn >= kDv) break;
+                uint32_t vb[4];
+                ldmatrix_x4_trans(vb, smem_addr(cV + tile_chunk<HD>(c * 16 + (lane & 15), dn * 2 + (lane >> 4))));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_16816<T>(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
+                    mma_16816<T>(o[mt][2 * dn + 1], pa[mt], vb[2], vb[3]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>(); /* nothing may still write shared memory when the CTA exits */
+
+    /* Epilogue: normalise, write out (or the split partial) and lse. */
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float l = l_run[mt][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* a row with no key: out 0 */
+            const float lse = l > 0.0f ? m_run[mt][hf] * LN2_F + logf(l) : -INFINITY;
+            const int row = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
+            if (row >= sq) continue;
+            if (a.splits > 1) {
+                const int64_t prow = (((int64_t)split * p.B + b) * p.Hq + h) * p.Sq + row;
+                float *dst = a.o_part + prow * p.Dv;
+#pragma unroll
+                for (int d = 0; d < ND; ++d)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int col = d * 8 + 2 * t + e;
+                        if (col < p.Dv) dst[col] = o[mt][d][2 * hf + e] * inv;
+                    }
+                if (t == 0) a.lse_part[prow] = lse;
+            } else {
+                T *dst = (T *)p.out.data + fa_q_offset(&p, &p.out, b, row, h);
+#pragma unroll
+                for (int d = 0; d < ND; ++d) {
+                    const int col = d * 8 + 2 * t;
+                    const float v0 = o[mt][d][2 * hf] * inv, v1 = o[mt][d][2 * hf + 1] * inv;
+                    if (a.aligned_out && col + 1 < p.Dv) {
+                        *(uint32_t *)(dst + col) = pack2<T>(v0, v1);
+                    } else {
+                        if (col < p.Dv) dst[col] = from_f32<T>(v0);
+                        if (col + 1 < p.Dv) dst[col + 1] = from_f32<T>(v1);
+                    }
+                }
+                if (t == 0 && p.lse) p.lse[fa_lse_offset(&p, b, h, row)] = lse;
+            }
+        }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Host side                                                                  */
+/* ------------------------------------------------------------------------- */
+
+static int aligned16(const fa_view *v) {
+    return ((uintptr_t)v->data % 16 == 0) && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0;
+}
+
+template <typename T, int HD, int NW, int MT, int BN>
+static fa_status launch(const fa_problem *p, const fa_exec *x, const fwd_args *a) {
+    constexpr int BM = NW * MT * 16;
+    const size_t smem = (size_t)(BM + 4 * BN) * HD * sizeof(T);
+    cudaError_t e = cudaFuncSetAttribute(sm80_fwd_kernel<T, HD, NW, MT, BN>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 forward: %s", cudaGetErrorString(e));
+    const int64_t m_blocks = (p->Sq + BM - 1) / BM;
+    if (m_blocks == 0 || p->B == 0 || p->Hq == 0) return FA_OK;
+    if (m_blocks > 0x7fffffff || p->Hq > 65535 || p->B * a->splits > 65535)
+        return fa_set_error(FA_ERR_UNSUPPORTED, "sm80 forward: grid too large (Sq %lld, Hq %lld, B %lld)",
+                            (long long)p->Sq, (long long)p->Hq, (long long)p->B);
+    dim3 grid((unsigned)m_blocks, (unsigned)p->Hq, (unsigned)(p->B * a->splits));
+    sm80_fwd_kernel<T, HD, NW, MT, BN><<<grid, NW * 32, smem, (cudaStream_t)x->stream>>>(*p, *a);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 forward: %s", cudaGetErrorString(e));
+    return FA_OK;
+}
+
+/* Tile shapes per padded head dimension: (warps, m tiles per warp, keys per tile). */
+template <typename T>
+static fa_status dispatch(const fa_problem *p, const fa_exec *x, const fwd_args *a) {
+    const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
+    if (hd <= 64) return launch<T, 64, 4, 2, 64>(p, x, a);
+    if (hd <= 128) return launch<T, 128, 8, 1, 64>(p, x, a);
+    return launch<T, 256, 8, 1, 32>(p, x, a);
+}
+
+extern "C" fa_status sm80_fwd_launch(const fa_problem *p, const fa_exec *x, int splits, float *o_part, float *lse_part) {
+    fwd_args a;
+    a.scale_log2 = p->scale * LOG2E_F;
+    a.mods = p->softcap > 0.0f || p->alibi != NULL;
+    a.splits = splits < 1 ? 1 : splits;
+    a.o_part = o_part;
+    a.lse_part = lse_part;
+    a.aligned_in = p->D % 8 == 0 && p->Dv % 8 == 0 && aligned16(&p->q) && aligned16(&p->k) && aligned16(&p->v);
+    a.aligned_out = (uintptr_t)p->out.data % 4 == 0 && p->out.sb % 2 == 0 && p->out.ss % 2 == 0 && p->out.sh % 2 == 0;
+    a.drop_threshold = fa_dropout_threshold(p->dropout_p);
+    a.drop_scale = p->dropout_p > 0.0f ? 1.0f / (1.0f - p->dropout_p) : 1.0f;
+    a.inv_softcap = p->softcap > 0.0f ? 1.0f / p->softcap : 0.0f;
+    if (p->dtype == FA_BF16) return dispatch<__nv_bfloat16>(p, x, &a);
+    return dispatch<__half>(p, x, &a);
+}
+
+extern "C" fa_status sm80_fwd(const fa_problem *p, const fa_exec *x) {
+    return sm80_fwd_launch(p, x, 1, NULL, NULL);
+}
