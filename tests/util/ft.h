@@ -111,6 +111,8 @@ void ft_poison(ft_tensor *x);
 int ft_padding_intact(const ft_tensor *x);
 /* Logical elements as a dense float / double array (malloc'd). */
 float *ft_to_f32(const ft_tensor *x);
+/* Element at buffer index idx (not a logical index) as a float. */
+float ft_get(const ft_tensor *x, int64_t idx);
 /* Store dense floats into the logical elements, rounding to the dtype. */
 void ft_from_f32(ft_tensor *x, const float *v);
 /* Fill the logical elements with scale * N(0, 1) rounded to the dtype; padding

@@ -204,6 +204,8 @@ float *ft_to_f32(const ft_tensor *x) {
     return v;
 }
 
+float ft_get(const ft_tensor *x, int64_t idx) { return fa_load_f(x->host, x->dtype, idx); }
+
 void ft_from_f32(ft_tensor *x, const float *v) {
     int64_t n = ft_numel(x);
     for (int64_t e = 0; e < n; ++e) fa_store_f(x->host, x->dtype, ft_index(x, e), v[e]);
