@@ -1,0 +1,410 @@
+#include "check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "baseline.h"
+#include "convert.h"
+#include "parallel.h"
+
+/* Work the reference may do per CPU core before a slice is taken (FLOPs of the
+ * naive float64 loops, a few seconds of one core). */
+#define REF_FLOPS_PER_CORE 4e9
+
+struct cli_reference {
+    cli_attention a;            /* the checked slice as a problem: shapes, options, float32 inputs */
+    int64_t row0;               /* first checked query row of the full problem */
+    int fwd_skipped, bwd_skipped;
+    char scope[160];
+    char skip_reason[160];
+    int threads;
+    float *q, *k, *v, *dout, *alibi;
+    float *out, *lse, *dq, *dk, *dv;             /* float64 reference, stored as float32 */
+    float *naive_out, *naive_lse;                /* same-precision baseline (half dtypes) */
+};
+
+/* ---- slices of (b, s, h, w) tensors ------------------------------------- */
+
+/* dst (nb, ns, nh, W) <- rows [s0, s0 + ns) and heads [0, nh) of src (B, S, H, W). */
+static void gather_bshw(float *dst, const void *src, fa_dtype t, int64_t S, int64_t H, int64_t W, int64_t nb,
+                        int64_t s0, int64_t ns, int64_t nh) {
+    for (int64_t b = 0; b < nb; ++b)
+        for (int64_t i = 0; i < ns; ++i)
+            for (int64_t h = 0; h < nh; ++h) {
+                int64_t from = ((b * S + s0 + i) * H + h) * W, to = ((b * ns + i) * nh + h) * W;
+                for (int64_t d = 0; d < W; ++d) dst[to + d] = fa_load_f(src, t, from + d);
+            }
+}
+
+/* dst (nb, nh, ns) <- lse (B, H, S). */
+static void gather_lse(float *dst, const float *src, int64_t S, int64_t H, int64_t nb, int64_t s0, int64_t ns,
+                       int64_t nh) {
+    for (int64_t b = 0; b < nb; ++b)
+        for (int64_t h = 0; h < nh; ++h)
+            for (int64_t i = 0; i < ns; ++i) dst[(b * nh + h) * ns + i] = src[(b * H + h) * S + s0 + i];
+}
+
+/* dst (nb, Sk, nk, W) <- keys of the cache or of the plain k / v tensor. */
+static void gather_keys(float *dst, const cli_workload *w, const cli_buffer *cache, const cli_buffer *fresh,
+                        int64_t W, int64_t nb, int64_t nk) {
+    const cli_config *c = &w->cfg;
+    for (int64_t b = 0; b < nb; ++b)
+        for (int64_t j = 0; j < w->Sk; ++j)
+            for (int64_t h = 0; h < nk; ++h) {
+                int64_t to = ((b * w->Sk + j) * nk + h) * W;
+                const void *src;
+                int64_t from;
+                if (c->kvcache && j >= c->cache_len) { /* appended by the call: read k_new / v_new */
+                    src = fresh->host;
+                    from = ((b * c->new_keys + j - c->cache_len) * c->kv_heads + h) * W;
+                } else {
+                    src = cache->host;
+                    from = (cli_workload_key_row(w, b, j) * c->kv_heads + h) * W;
+                }
+                for (int64_t d = 0; d < W; ++d) dst[to + d] = fa_load_f(src, c->dtype, from + d);
+            }
+}
+
+static float *alloc_floats(int64_t n) { return malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)); }
+
+/* ---- choosing the slice ------------------------------------------------- */
+
+/* FLOPs of the reference plus the naive baseline for nh heads of nb batches over ns rows. */
+static double slice_cost(const cli_workload *w, int64_t nb, int64_t nh, int64_t ns, int backward) {
+    const cli_config *c = &w->cfg;
+    double f = 2.0 * (double)nb * (double)nh * (double)ns * (double)w->Sk * (double)(c->head_dim + c->head_dim_v);
+    return 2.0 * f * (backward ? 3.5 : 1.0);
+}
+
+static void choose_slice(cli_reference *r, const cli_workload *w, int with_backward) {
+    const cli_config *c = &w->cfg;
+    const int64_t B = c->batch, Sq = c->seqlen_q, Hq = c->heads, Hk = c->kv_heads, group = Hq / Hk;
+    const double budget = REF_FLOPS_PER_CORE * r->threads;
+    int64_t nb = B, nh = Hq, nk = Hk, row0 = 0, rows = Sq;
+    r->bwd_skipped = !with_backward;
+
+    if (slice_cost(w, B, Hq, Sq, with_backward) > budget) {
+        nb = 1;
+        if (with_backward) {
+            /* dk and dv sum over a kv head's whole group: keep groups whole. */
+            nk = group == 1 ? (Hk < 2 ? Hk : 2) : 1;
+            nh = nk * group;
+            if (slice_cost(w, nb, nh, Sq, 1) > budget) {
+                r->bwd_skipped = 1;
+                snprintf(r->skip_reason, sizeof r->skip_reason,
+                         "backward not checked: the reference would take too long at this size");
+            }
+        }
+        if (r->bwd_skipped) {
+            nh = Hq < 2 ? Hq : 2;
+            nk = group == 1 ? nh : 1; /* two heads of one group share kv head 0 */
+        }
+        double per_row = slice_cost(w, nb, nh, 1, 0);
+        if (per_row * (double)rows > budget) {
+            int64_t fit = (int64_t)(budget / per_row);
+            if (fit < 1) fit = 1;
+            /* The last rows keep their bottom-right diagonal; the first rows their
+             * top-left one and their dropout bits (which depend on the row). */
+            if (c->top_left) {
+                rows = fit;
+            } else if (c->dropout_p <= 0) {
+                row0 = Sq - fit;
+                rows = fit;
+            } else {
+                r->fwd_skipped = 1;
+                snprintf(r->skip_reason, sizeof r->skip_reason,
+                         "not checked: the reference would take too long at this size");
+            }
+        }
+    }
+    if (nb == B && nh == Hq && rows == Sq) snprintf(r->scope, sizeof r->scope, "all");
+    else if (rows == Sq) snprintf(r->scope, sizeof r->scope, "batch 0, heads 0-%lld", (long long)nh - 1);
+    else
+        snprintf(r->scope, sizeof r->scope, "batch 0, heads 0-%lld, query rows %lld-%lld", (long long)nh - 1,
+                 (long long)row0, (long long)(row0 + rows - 1));
+
+    cli_attention *a = &r->a;
+    a->B = nb;
+    a->Sq = rows;
+    a->Sk = w->Sk;
+    a->Hq = nh;
+    a->Hk = nk;
+    a->D = c->head_dim;
+    a->Dv = c->head_dim_v;
+    a->dtype = c->dtype;
+    a->scale = c->scale > 0 ? c->scale : (float)(1.0 / sqrt((double)c->head_dim));
+    a->softcap = c->softcap;
+    cli_config_window(c, &a->window_left, &a->window_right);
+    a->top_left = c->top_left;
+    a->dropout_p = c->dropout_p;
+    a->dropout_seed = w->opts.dropout_seed;
+    a->dropout_offset = w->opts.dropout_offset;
+    r->row0 = row0;
+}
+
+cli_reference *cli_reference_create(const cli_workload *w, int with_backward) {
+    cli_reference *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->threads = cli_cpu_count();
+    choose_slice(r, w, with_backward);
+    const cli_config *c = &w->cfg;
+    cli_attention *a = &r->a;
+    r->q = alloc_floats(a->B * a->Sq * a->Hq * a->D);
+    r->k = alloc_floats(a->B * a->Sk * a->Hk * a->D);
+    r->v = alloc_floats(a->B * a->Sk * a->Hk * a->Dv);
+    if (!r->q || !r->k || !r->v) {
+        cli_reference_destroy(r);
+        return NULL;
+    }
+    gather_bshw(r->q, w->q.host, c->dtype, c->seqlen_q, c->heads, a->D, a->B, r->row0, a->Sq, a->Hq);
+    gather_keys(r->k, w, &w->k, &w->k_new, a->D, a->B, a->Hk);
+    gather_keys(r->v, w, &w->v, &w->v_new, a->Dv, a->B, a->Hk);
+    if (!r->bwd_skipped) {
+        if (!(r->dout = alloc_floats(a->B * a->Sq * a->Hq * a->Dv))) {
+            cli_reference_destroy(r);
+            return NULL;
+        }
+        gather_bshw(r->dout, w->dout.host, c->dtype, c->seqlen_q, c->heads, a->Dv, a->B, r->row0, a->Sq, a->Hq);
+    }
+    if (c->alibi) {
+        if (!(r->alibi = alloc_floats(a->Hq))) {
+            cli_reference_destroy(r);
+            return NULL;
+        }
+        memcpy(r->alibi, w->alibi.host, sizeof(float) * (size_t)a->Hq);
+    }
+    a->q = r->q;
+    a->k = r->k;
+    a->v = r->v;
+    a->dout = r->dout;
+    a->alibi = r->alibi;
+    return r;
+}
+
+void cli_reference_destroy(cli_reference *r) {
+    if (!r) return;
+    float *all[] = {r->q, r->k, r->v, r->dout, r->alibi, r->out, r->lse, r->dq, r->dk, r->dv,
+                    r->naive_out, r->naive_lse};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) free(all[i]);
+    free(r);
+}
+
+/* ---- the reference through the public API -------------------------------- */
+
+static fa_tensor view4(float *base, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int64_t s0, int64_t s1,
+                       int64_t s2) {
+    fa_tensor t = fa_tensor_4d(base, FA_F32, n0, n1, n2, n3);
+    t.stride[0] = s0;
+    t.stride[1] = s1;
+    t.stride[2] = s2;
+    return t;
+}
+
+typedef struct ref_job {
+    cli_reference *r;
+    fa_options opts;
+    int backward;
+    int units_per_batch;   /* kv heads per unit is 1, or the whole slice as one unit */
+    int whole;             /* one call for the whole slice (dropout needs true b, h indices) */
+    fa_status status;      /* first failure */
+    char message[256];
+} ref_job;
+
+/* One unit: batch b0 and kv head k0 (or the whole slice), through fa_fwd / fa_bwd
+ * with strided views into the slice arrays. */
+static void ref_unit(void *arg, int unit) {
+    ref_job *job = arg;
+    cli_reference *r = job->r;
+    const cli_attention *a = &r->a;
+    const int64_t sg = a->Hq / a->Hk; /* query heads per kv head in the slice */
+    int64_t b0 = 0, k0 = 0, nb = a->B, nk = a->Hk;
+    if (!job->whole) {
+        b0 = unit / a->Hk;
+        k0 = unit % a->Hk;
+        nb = nk = 1;
+    }
+    const int64_t h0 = k0 * sg, nh = nk * sg, Sq = a->Sq, Sk = a->Sk, D = a->D, Dv = a->Dv;
+    const int64_t qb = Sq * a->Hq, kb = Sk * a->Hk; /* rows * heads per batch */
+#define QVIEW(base, W) view4((base) + (b0 * qb + h0) * (W), nb, Sq, nh, W, qb * (W), a->Hq * (W), W)
+#define KVIEW(base, W) view4((base) + (b0 * kb + k0) * (W), nb, Sk, nk, W, kb * (W), a->Hk * (W), W)
+    fa_tensor q = QVIEW(r->q, D), k = KVIEW(r->k, D), v = KVIEW(r->v, Dv), out = QVIEW(r->out, Dv);
+    fa_tensor lse = fa_tensor_3d(r->lse + (b0 * a->Hq + h0) * Sq, FA_F32, nb, nh, Sq);
+    lse.stride[0] = a->Hq * Sq;
+    fa_options o = job->opts;
+    if (r->alibi) o.alibi_slopes = fa_tensor_1d(r->alibi + h0, FA_F32, nh);
+
+    fa_context *ctx = NULL;
+    fa_status s = fa_context_create(&ctx);
+    if (!s) s = fa_context_set_backend(ctx, FA_BACKEND_REFERENCE);
+    if (!s && !job->backward) {
+        s = fa_fwd(ctx, &q, &k, &v, &o, &out, &lse);
+    } else if (!s) {
+        fa_tensor dout = QVIEW(r->dout, Dv), dq = QVIEW(r->dq, D), dk = KVIEW(r->dk, D), dv = KVIEW(r->dv, Dv);
+        s = fa_bwd(ctx, &dout, &q, &k, &v, &out, &lse, &o, &dq, &dk, &dv);
+    }
+#undef QVIEW
+#undef KVIEW
+    if (s && !job->status) { /* racy only in which failure is reported first */
+        job->status = s;
+        snprintf(job->message, sizeof job->message, "reference: %s", fa_last_error());
+    }
+    fa_context_destroy(ctx);
+}
+
+static int run_reference(cli_reference *r, const cli_workload *w, int backward, char *err, size_t err_len) {
+    ref_job job;
+    memset(&job, 0, sizeof job);
+    job.r = r;
+    job.opts = w->opts;
+    job.opts.alibi_slopes.data = NULL;
+    job.backward = backward;
+    job.whole = w->cfg.dropout_p > 0;
+    int units = job.whole ? 1 : (int)(r->a.B * r->a.Hk);
+    cli_parallel_for(units, r->threads, ref_unit, &job);
+    if (job.status) snprintf(err, err_len, "%s", job.message);
+    return job.status == FA_OK;
+}
+
+/* ---- comparing ---------------------------------------------------------- */
+
+static double unit_roundoff(fa_dtype t) {
+    return t == FA_BF16 ? 1.0 / 256 : t == FA_F16 ? 1.0 / 2048 : 0;
+}
+
+/* Max |x - ref| and max |ref|; -inf must match -inf exactly (lse of empty rows). */
+static void max_error(const float *x, const float *ref, int64_t n, double *err, double *ref_max) {
+    double e = 0, m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        double a = x[i], b = ref[i];
+        if (isinf(b) || isinf(a) || isnan(a)) {
+            if (!(a == b)) e = INFINITY;
+            continue;
+        }
+        if (fabs(a - b) > e) e = fabs(a - b);
+        if (fabs(b) > m) m = fabs(b);
+    }
+    *err = e;
+    *ref_max = m;
+}
+
+static long long count_nan(const cli_buffer *b, fa_dtype t) {
+    long long n = 0;
+    int64_t count = (int64_t)(b->bytes / fa_dtype_size(t));
+    for (int64_t i = 0; i < count; ++i) n += isnan(fa_load_f(b->host, t, i));
+    return n;
+}
+
+/* Fill one quantity: the kernel's slice x against ref, and the naive baseline
+ * (NULL for float32) scaled by `factor`. */
+static void judge(cli_quantity *q, const char *name, fa_dtype t, const float *x, const float *ref, const float *naive,
+                  int64_t n, double factor, long long nan_count) {
+    q->name = name;
+    max_error(x, ref, n, &q->err, &q->ref_max);
+    q->nan_count = nan_count;
+    if (t == FA_F32 || !naive) {
+        q->naive_err = -1;
+        q->bound = 1e-4 * (q->ref_max > 1 ? q->ref_max : 1);
+        if (t != FA_F32) q->bound = unit_roundoff(t) * (q->ref_max > 1 ? q->ref_max : 1);
+    } else {
+        double unused;
+        max_error(naive, ref, n, &q->naive_err, &unused);
+        q->bound = factor * q->naive_err + unit_roundoff(t) * q->ref_max;
+    }
+    q->pass = q->err <= q->bound && nan_count == 0;
+}
+
+static void finish(cli_check *c) {
+    c->status = CLI_CHECK_PASS;
+    for (int i = 0; i < c->n; ++i)
+        if (!c->q[i].pass) c->status = CLI_CHECK_FAIL;
+}
+
+int cli_check_fwd(cli_reference *r, const cli_workload *w, cli_check *c, char *err, size_t err_len) {
+    memset(c, 0, sizeof *c);
+    const cli_attention *a = &r->a;
+    const cli_config *cf = &w->cfg;
+    if (r->fwd_skipped) {
+        c->status = CLI_CHECK_SKIPPED;
+        snprintf(c->scope, sizeof c->scope, "%s", r->skip_reason);
+        return 1;
+    }
+    snprintf(c->scope, sizeof c->scope, "%s", r->scope);
+    const int64_t n_out = a->B * a->Sq * a->Hq * a->Dv, n_lse = a->B * a->Hq * a->Sq;
+    r->out = alloc_floats(n_out);
+    r->lse = alloc_floats(n_lse);
+    float *x_out = alloc_floats(n_out), *x_lse = alloc_floats(n_lse);
+    int half = cf->dtype != FA_F32;
+    if (half) {
+        r->naive_out = alloc_floats(n_out);
+        r->naive_lse = alloc_floats(n_lse);
+    }
+    int ok = r->out && r->lse && x_out && x_lse && (!half || (r->naive_out && r->naive_lse));
+    if (!ok) snprintf(err, err_len, "out of memory for the reference check");
+    if (ok) ok = run_reference(r, w, 0, err, err_len);
+    if (ok) {
+        if (half) cli_naive_fwd(a, r->naive_out, r->naive_lse, r->threads);
+        gather_bshw(x_out, w->out.host, cf->dtype, cf->seqlen_q, cf->heads, a->Dv, a->B, r->row0, a->Sq, a->Hq);
+        gather_lse(x_lse, w->lse.host, cf->seqlen_q, cf->heads, a->B, r->row0, a->Sq, a->Hq);
+        judge(&c->q[0], "out", cf->dtype, x_out, r->out, r->naive_out, n_out, 2, count_nan(&w->out, cf->dtype));
+        judge(&c->q[1], "lse", cf->dtype, x_lse, r->lse, r->naive_lse, n_lse, 2, count_nan(&w->lse, FA_F32));
+        c->n = 2;
+        finish(c);
+    }
+    free(x_out);
+    free(x_lse);
+    return ok;
+}
+
+int cli_check_bwd(cli_reference *r, const cli_workload *w, cli_check *c, char *err, size_t err_len) {
+    memset(c, 0, sizeof *c);
+    const cli_attention *a = &r->a;
+    const cli_config *cf = &w->cfg;
+    if (r->bwd_skipped || r->fwd_skipped || !r->out) {
+        c->status = CLI_CHECK_SKIPPED;
+        snprintf(c->scope, sizeof c->scope, "%s", r->skip_reason);
+        return 1;
+    }
+    snprintf(c->scope, sizeof c->scope, "%s", r->scope);
+    const int64_t nq = a->B * a->Sq * a->Hq * a->D, nk = a->B * a->Sk * a->Hk * a->D,
+                  nv = a->B * a->Sk * a->Hk * a->Dv;
+    r->dq = alloc_floats(nq);
+    r->dk = alloc_floats(nk);
+    r->dv = alloc_floats(nv);
+    float *x_dq = alloc_floats(nq), *x_dk = alloc_floats(nk), *x_dv = alloc_floats(nv);
+    int half = cf->dtype != FA_F32;
+    float *n_dq = half ? alloc_floats(nq) : NULL, *n_dk = half ? alloc_floats(nk) : NULL,
+          *n_dv = half ? alloc_floats(nv) : NULL;
+    int ok = r->dq && r->dk && r->dv && x_dq && x_dk && x_dv && (!half || (n_dq && n_dk && n_dv));
+    if (!ok) snprintf(err, err_len, "out of memory for the reference check");
+    if (ok) ok = run_reference(r, w, 1, err, err_len);
+    if (ok) {
+        if (half) cli_naive_bwd(a, n_dq, n_dk, n_dv, r->threads);
+        gather_bshw(x_dq, w->dq.host, cf->dtype, cf->seqlen_q, cf->heads, a->D, a->B, 0, a->Sq, a->Hq);
+        gather_bshw(x_dk, w->dk.host, cf->dtype, w->Sk, cf->kv_heads, a->D, a->B, 0, a->Sk, a->Hk);
+        gather_bshw(x_dv, w->dv.host, cf->dtype, w->Sk, cf->kv_heads, a->Dv, a->B, 0, a->Sk, a->Hk);
+        judge(&c->q[0], "dq", cf->dtype, x_dq, r->dq, n_dq, nq, 3, count_nan(&w->dq, cf->dtype));
+        judge(&c->q[1], "dk", cf->dtype, x_dk, r->dk, n_dk, nk, 3, count_nan(&w->dk, cf->dtype));
+        judge(&c->q[2], "dv", cf->dtype, x_dv, r->dv, n_dv, nv, 3, count_nan(&w->dv, cf->dtype));
+        c->n = 3;
+        finish(c);
+    }
+    free(x_dq); free(x_dk); free(x_dv);
+    free(n_dq); free(n_dk); free(n_dv);
+    return ok;
+}
+
+const cli_quantity *cli_check_worst(const cli_check *c) {
+    const cli_quantity *worst = NULL;
+    double worst_ratio = -1;
+    for (int i = 0; i < c->n; ++i) {
+        const cli_quantity *q = &c->q[i];
+        double ratio = q->nan_count ? INFINITY : q->bound > 0 ? q->err / q->bound : q->err > 0 ? INFINITY : 0;
+        if (ratio > worst_ratio) {
+            worst = q;
+            worst_ratio = ratio;
+        }
+    }
+    return worst;
+}
