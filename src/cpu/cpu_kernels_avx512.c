@@ -1,0 +1,288 @@
+/*
+ * AVX-512 micro-kernels (f32 FMA; bf16 pairs with vdpbf16ps from AVX512_BF16).
+ * Built with -mavx512f -mavx512bf16 ...; only called after cpuid said so.
+ *
+ * A micro-tile keeps rows x nv accumulators in registers (at most 6 x 4 = 24
+ * zmm, enough independent chains to cover the FMA latency on both ports)
+ * and per k step loads nv vectors of B and broadcasts one A element per row.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#define FORCE_INLINE static inline __attribute__((always_inline))
+
+FORCE_INLINE void tile_f32(const int R, const int NV, int64_t k,
+                           const float *a, int64_t a_rs, int64_t a_ks,
+                           const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+    __m512 acc[CPU_MR][CPU_NV_MAX];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v)
+            acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < k; ++kk) {
+        __m512 bv[CPU_NV_MAX];
+        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + kk * ldb + 16 * v);
+        const float *ak = a + kk * a_ks;
+        for (int r = 0; r < R; ++r) {
+            __m512 av = _mm512_set1_ps(ak[r * a_rs]);
+            for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+}
+
+FORCE_INLINE uint32_t load_word(const uint32_t *p) {
+    uint32_t w;
+    memcpy(&w, p, 4); /* A rows need not be 4-byte aligned */
+    return w;
+}
+
+FORCE_INLINE void tile_bf16(const int R, const int NV, int64_t kpairs,
+                            const uint32_t *a, int64_t a_rs, int64_t a_ks,
+                            const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+    __m512 acc[CPU_MR][CPU_NV_MAX];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v)
+            acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < kpairs; ++kk) {
+        __m512i bv[CPU_NV_MAX];
+        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512((const void *)(b + kk * ldb + 16 * v));
+        const uint32_t *ak = a + kk * a_ks;
+        for (int r = 0; r < R; ++r) {
+            __m512i av = _mm512_set1_epi32((int)load_word(ak + r * a_rs));
+            for (int v = 0; v < NV; ++v)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)av, (__m512bh)bv[v]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+}
+
+/* One function per (rows, nv) so each keeps its accumulators in registers. */
+#define DEFINE_TILES(R)                                                                             \
+    static void f32_##R##_1(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
+                            int64_t ldb, float *c, int64_t ldc, int acc) {                          \
+        tile_f32(R, 1, k, a, rs, ks, b, ldb, c, ldc, acc);                                         \
+    }                                                                                               \
+    static void f32_##R##_2(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
+                            int64_t ldb, float *c, int64_t ldc, int acc) {                          \
+        tile_f32(R, 2, k, a, rs, ks, b, ldb, c, ldc, acc);                                         \
+    }                                                                                               \
+    static void f32_##R##_3(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
+                            int64_t ldb, float *c, int64_t ldc, int acc) {                          \
+        tile_f32(R, 3, k, a, rs, ks, b, ldb, c, ldc, acc);                                         \
+    }                                                                                               \
+    static void f32_##R##_4(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
+                            int64_t ldb, float *c, int64_t ldc, int acc) {                          \
+        tile_f32(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc);                                         \
+    }                                                                                               \
+    static void bf16_##R##_1(int64_t k, const uint32_t *a, int64_t rs, int64_t ks,                  \
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc) {      \
+        tile_bf16(R, 1, k, a, rs, ks, b, ldb, c, ldc, acc);                                        \
+    }                                                                                               \
+    static void bf16_##R##_2(int64_t k, const uint32_t *a, int64_t rs, int64_t ks,                  \
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc) {      \
+        tile_bf16(R, 2, k, a, rs, ks, b, ldb, c, ldc, acc);                                        \
+    }                                                                                               \
+    static void bf16_##R##_3(int64_t k, const uint32_t *a, int64_t rs, int64_t ks,                  \
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc) {      \
+        tile_bf16(R, 3, k, a, rs, ks, b, ldb, c, ldc, acc);                                        \
+    }                                                                                               \
+    static void bf16_##R##_4(int64_t k, const uint32_t *a, int64_t rs, int64_t ks,                  \
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc) {      \
+        tile_bf16(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc);                                        \
+    }
+
+DEFINE_TILES(1)
+DEFINE_TILES(2)
+DEFINE_TILES(3)
+DEFINE_TILES(4)
+DEFINE_TILES(5)
+DEFINE_TILES(6)
+
+typedef void (*tile_f32_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t, float *,
+                            int64_t, int);
+typedef void (*tile_bf16_fn)(int64_t, const uint32_t *, int64_t, int64_t, const uint32_t *, int64_t,
+                             float *, int64_t, int);
+
+#define ROW_OF(T, R) {T##_##R##_1, T##_##R##_2, T##_##R##_3, T##_##R##_4}
+static const tile_f32_fn f32_tiles[CPU_MR][CPU_NV_MAX] = {
+    ROW_OF(f32, 1), ROW_OF(f32, 2), ROW_OF(f32, 3), ROW_OF(f32, 4), ROW_OF(f32, 5), ROW_OF(f32, 6)};
+static const tile_bf16_fn bf16_tiles[CPU_MR][CPU_NV_MAX] = {
+    ROW_OF(bf16, 1), ROW_OF(bf16, 2), ROW_OF(bf16, 3), ROW_OF(bf16, 4), ROW_OF(bf16, 5), ROW_OF(bf16, 6)};
+
+static void gemm_f32_avx512(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                            const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+    f32_tiles[rows - 1][nv - 1](k, a, a_rs, a_ks, b, ldb, c, ldc, accumulate);
+}
+
+static void gemm_bf16_avx512(int rows, int nv, int64_t kpairs, const uint32_t *a, int64_t a_rs,
+                             int64_t a_ks, const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
+                             int accumulate) {
+    bf16_tiles[rows - 1][nv - 1](kpairs, a, a_rs, a_ks, b, ldb, c, ldc, accumulate);
+}
+
+/*
+ * 2^x for x <= ~0, -inf included. x = n + f with n = round(x), |f| <= 1/2;
+ * 2^f by its degree-6 Taylor polynomial (relative error < 1e-7), and the
+ * 2^n by scalef. Clamping at -160 makes every result below 2^-149 exactly 0.
+ */
+FORCE_INLINE __m512 exp2_avx512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-160.0f));
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* Lanes i whose visible range [lo[i], hi[i]) holds key j. */
+FORCE_INLINE __mmask16 visible_mask(int64_t j, __m512i lo, __m512i hi) {
+    __m512i jv = _mm512_set1_epi32((int)j);
+    return _mm512_cmpge_epi32_mask(jv, lo) & _mm512_cmplt_epi32_mask(jv, hi);
+}
+
+static void softmax_tile_avx512(int64_t nj, int64_t ncols, float *s, int64_t lds, float c,
+                                const int32_t *lo, const int32_t *hi,
+                                float *m, float *l, float *alpha) {
+    const __m512 cv = _mm512_set1_ps(c);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < ncols; i += 16) {
+        /* Pass 1: scale, mask, and the new running max. Scaled scores are
+         * written back so pass 2 only exponentiates. */
+        __m512 mx0 = ninf, mx1 = ninf;
+        if (lo) {
+            __m512i lov = _mm512_loadu_si512((const void *)(lo + i));
+            __m512i hiv = _mm512_loadu_si512((const void *)(hi + i));
+            for (int64_t j = 0; j < nj; ++j) {
+                float *sp = s + j * lds + i;
+                __m512 x = _mm512_mask_mul_ps(ninf, visible_mask(j, lov, hiv), _mm512_loadu_ps(sp), cv);
+                _mm512_storeu_ps(sp, x);
+                mx0 = _mm512_max_ps(mx0, x);
+            }
+        } else {
+            int64_t j = 0;
+            for (; j + 1 < nj; j += 2) { /* two chains hide the max latency */
+                float *sp = s + j * lds + i;
+                __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(sp), cv);
+                __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(sp + lds), cv);
+                _mm512_storeu_ps(sp, x0);
+                _mm512_storeu_ps(sp + lds, x1);
+                mx0 = _mm512_max_ps(mx0, x0);
+                mx1 = _mm512_max_ps(mx1, x1);
+            }
+            for (; j < nj; ++j) {
+                float *sp = s + j * lds + i;
+                __m512 x = _mm512_mul_ps(_mm512_loadu_ps(sp), cv);
+                _mm512_storeu_ps(sp, x);
+                mx0 = _mm512_max_ps(mx0, x);
+            }
+        }
+        __m512 m_old = _mm512_loadu_ps(m + i);
+        __m512 m_new = _mm512_max_ps(m_old, _mm512_max_ps(mx0, mx1));
+        /* No visible key yet: exponentiate against 0 so -inf - m never makes NaN. */
+        __mmask16 none = _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ);
+        __m512 m_use = _mm512_mask_blend_ps(none, m_new, _mm512_setzero_ps());
+        __m512 a = _mm512_mask_blend_ps(none, exp2_avx512(_mm512_sub_ps(m_old, m_use)), _mm512_set1_ps(1.0f));
+        /* Pass 2: P = 2^(x - m) and its column sums. */
+        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+        int64_t j = 0;
+        for (; j + 1 < nj; j += 2) {
+            float *sp = s + j * lds + i;
+            __m512 p0 = exp2_avx512(_mm512_sub_ps(_mm512_loadu_ps(sp), m_use));
+            __m512 p1 = exp2_avx512(_mm512_sub_ps(_mm512_loadu_ps(sp + lds), m_use));
+            _mm512_storeu_ps(sp, p0);
+            _mm512_storeu_ps(sp + lds, p1);
+            sum0 = _mm512_add_ps(sum0, p0);
+            sum1 = _mm512_add_ps(sum1, p1);
+        }
+        for (; j < nj; ++j) {
+            float *sp = s + j * lds + i;
+            __m512 p0 = exp2_avx512(_mm512_sub_ps(_mm512_loadu_ps(sp), m_use));
+            _mm512_storeu_ps(sp, p0);
+            sum0 = _mm512_add_ps(sum0, p0);
+        }
+        __m512 lv = _mm512_fmadd_ps(_mm512_loadu_ps(l + i), a, _mm512_add_ps(sum0, sum1));
+        _mm512_storeu_ps(l + i, lv);
+        _mm512_storeu_ps(m + i, m_new);
+        _mm512_storeu_ps(alpha + i, a);
+    }
+}
+
+static void exp_tile_avx512(int64_t nj, int64_t ncols, const float *s, int64_t lds, float c,
+                            const int32_t *lo, const int32_t *hi, const float *lse2,
+                            float *p, int64_t ldp) {
+    const __m512 cv = _mm512_set1_ps(c);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < ncols; i += 16) {
+        __m512 lv = _mm512_loadu_ps(lse2 + i);
+        __m512i lov = lo ? _mm512_loadu_si512((const void *)(lo + i)) : _mm512_setzero_si512();
+        __m512i hiv = lo ? _mm512_loadu_si512((const void *)(hi + i)) : _mm512_setzero_si512();
+        for (int64_t j = 0; j < nj; ++j) {
+            __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(s + j * lds + i), cv, lv);
+            if (lo) x = _mm512_mask_blend_ps(visible_mask(j, lov, hiv), ninf, x);
+            _mm512_storeu_ps(p + j * ldp + i, exp2_avx512(x));
+        }
+    }
+}
+
+/* Masked loads and stores handle the tail of every row in the same loop. */
+FORCE_INLINE __mmask16 tail_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+static void widen_f16_avx512(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        __m256i h = _mm256_maskz_loadu_epi16(k, src + i);
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(h));
+    }
+}
+
+static void widen_bf16_avx512(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src + i));
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+}
+
+static void pair_bf16_avx512(const uint16_t *r0, const uint16_t *r1, uint32_t *out, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r0 + i));
+        __m512i hi = r1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r1 + i)) : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(out + i, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
+
+static void pair_f32_avx512(const float *p0, const float *p1, uint32_t *out, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i);
+        __m256bh b0 = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, p0 + i));
+        __m512i lo = _mm512_cvtepu16_epi32((__m256i)b0);
+        __m512i hi = _mm512_setzero_si512();
+        if (p1) hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, p1 + i)));
+        _mm512_mask_storeu_epi32(out + i, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
+
+const cpu_kernels cpu_kernels_avx512 = {
+    .name = "avx512",
+    .gemm_f32 = gemm_f32_avx512,
+    .gemm_bf16 = gemm_bf16_avx512,
+    .softmax_tile = softmax_tile_avx512,
+    .exp_tile = exp_tile_avx512,
+    .widen_f16 = widen_f16_avx512,
+    .widen_bf16 = widen_bf16_avx512,
+    .pair_bf16 = pair_bf16_avx512,
+    .pair_f32 = pair_f32_avx512,
+};
