@@ -184,7 +184,7 @@ static void free_case(case_run *cr) {
     if (cr->have_workload) cli_workload_destroy(&cr->w);
 }
 
-static void print_machine(FILE *f, const target *t, const cli_config *c, const cli_machine *m) {
+static void print_machine(FILE *f, const target *t, const cli_machine *m) {
     fprintf(f, "flashattn %s, backend %s", fa_version(), fa_backend_name(t->backend));
     if (t->on_gpu) {
         char name[256] = "?";
@@ -222,7 +222,7 @@ int cli_bench_main(int argc, char **argv) {
     cli_machine m;
     int rc = prepare(CLI_BENCH, argc, argv, &c, &t, &m);
     if (rc >= 0) return rc;
-    if (!c.json) print_machine(stdout, &t, &c, &m);
+    if (!c.json) print_machine(stdout, &t, &m);
 
     case_run cr;
     run_case(&c, &t, &m, &cr);
@@ -298,6 +298,6 @@ int cli_check_main(int argc, char **argv) {
         free_case(&b);
     }
     free_case(&a);
-    if (!c.json) printf("%s\n", failed ? "FAILED" : "all checks passed");
+    if (!c.json) printf("%s\n", failed ? "FAILED" : "passed");
     return failed ? 1 : 0;
 }

@@ -11,11 +11,14 @@
 
 /* Work the reference may do per CPU core before a slice is taken (FLOPs of the
  * naive float64 loops, a few seconds of one core). */
+#ifndef REF_FLOPS_PER_CORE
 #define REF_FLOPS_PER_CORE 4e9
+#endif
 
 struct cli_reference {
     cli_attention a;            /* the checked slice as a problem: shapes, options, float32 inputs */
     int64_t row0;               /* first checked query row of the full problem */
+    int slice_top_left;         /* the row slice is aligned top-left (same diagonal as the full problem) */
     int fwd_skipped, bwd_skipped;
     char scope[160];
     char skip_reason[160];
@@ -105,10 +108,12 @@ static void choose_slice(cli_reference *r, const cli_workload *w, int with_backw
         if (per_row * (double)rows > budget) {
             int64_t fit = (int64_t)(budget / per_row);
             if (fit < 1) fit = 1;
-            /* The last rows keep their bottom-right diagonal; the first rows their
-             * top-left one and their dropout bits (which depend on the row). */
-            if (c->top_left) {
+            /* The first rows keep a top-left diagonal (the bottom-right one too when
+             * Sq == Sk, as the offset is then 0) and their dropout bits, which depend
+             * on the row; the last rows keep a bottom-right diagonal. */
+            if (c->top_left || Sq == w->Sk) {
                 rows = fit;
+                r->slice_top_left = 1;
             } else if (c->dropout_p <= 0) {
                 row0 = Sq - fit;
                 rows = fit;
@@ -137,7 +142,7 @@ static void choose_slice(cli_reference *r, const cli_workload *w, int with_backw
     a->scale = c->scale > 0 ? c->scale : (float)(1.0 / sqrt((double)c->head_dim));
     a->softcap = c->softcap;
     cli_config_window(c, &a->window_left, &a->window_right);
-    a->top_left = c->top_left;
+    a->top_left = c->top_left || r->slice_top_left;
     a->dropout_p = c->dropout_p;
     a->dropout_seed = w->opts.dropout_seed;
     a->dropout_offset = w->opts.dropout_offset;
@@ -259,6 +264,7 @@ static int run_reference(cli_reference *r, const cli_workload *w, int backward, 
     job.r = r;
     job.opts = w->opts;
     job.opts.alibi_slopes.data = NULL;
+    if (r->slice_top_left) job.opts.align = FA_ALIGN_TOP_LEFT;
     job.backward = backward;
     job.whole = w->cfg.dropout_p > 0;
     int units = job.whole ? 1 : (int)(r->a.B * r->a.Hk);
