@@ -4,9 +4,12 @@ import sys
 import numpy as np
 import pytest
 
-# Run from a source checkout without installing: python/ goes first on the path.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# reference.py and conftest's helpers sit beside the tests
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:  # the installed package, else the source tree this file belongs to
+    import flashattn  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 try:
     import ml_dtypes
