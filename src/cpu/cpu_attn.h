@@ -15,6 +15,8 @@
 /* Queries per block (the SIMD-lane dimension) and keys per tile. */
 #define CPU_BM 64
 #define CPU_BN 64
+/* Query blocks per work item: they share each key tile while it is in cache. */
+#define CPU_QGROUP 4
 
 /* Bytes are handed out from the workspace in 64-byte aligned pieces. */
 #define CPU_ALIGN 64

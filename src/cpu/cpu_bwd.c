@@ -186,7 +186,7 @@ static void block_step(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t g,
     float *dq = w->dq + (g * d->sqp + i0) * d->dpad;
 
     /* S^T and P^T */
-    cpu_gemm_f32(kr, nj, ncols, p->D, w->kt, d->dpad, 1, qt, CPU_BM, w->s, CPU_BM, 0);
+    cpu_gemm_f32(kr, nj, ncols, p->D, w->kt, d->dpad, 1, qt, CPU_BM, w->s, CPU_BM, 0, NULL);
     float c = cpu_score_options(p, b, sq, sk, j0, nj, CPU_BM, ni, w->head, w->qrow, w->s, p->softcap > 0.0f ? w->cg : NULL);
     int full = lo_max <= j0 && hi_min >= j0 + nj;
     if (!full)
@@ -198,7 +198,7 @@ static void block_step(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t g,
     kr->exp_tile(nj, ncols, w->s, CPU_BM, c, full ? NULL : w->lo_rel, w->hi_rel, lse2, w->pt, CPU_BM);
 
     /* dP^T = V dO^T */
-    cpu_gemm_f32(kr, nj, ncols, p->Dv, w->vt, d->dvpad, 1, dot, CPU_BM, w->dpt, CPU_BM, 0);
+    cpu_gemm_f32(kr, nj, ncols, p->Dv, w->vt, d->dvpad, 1, dot, CPU_BM, w->dpt, CPU_BM, 0, NULL);
 
     /* dV += P_dropped^T dO; with dropout dP becomes the gradient of the undropped P */
     const float *pv = w->pt;
@@ -208,7 +208,7 @@ static void block_step(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t g,
         cpu_apply_dropout(p, b, j0, nj, CPU_BM, ni, w->head, w->qrow, w->dpt);
         pv = w->pd;
     }
-    cpu_gemm_f32(kr, nj, d->dvpad, ni, pv, CPU_BM, 1, don, d->dvpad, w->dv, d->dvpad, 1);
+    cpu_gemm_f32(kr, nj, d->dvpad, ni, pv, CPU_BM, 1, don, d->dvpad, w->dv, d->dvpad, 1, NULL);
 
     /* dS^T = P^T (dP^T - Delta), times the softcap derivative */
     for (int64_t j = 0; j < nj; ++j) {
@@ -221,8 +221,8 @@ static void block_step(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t g,
         }
     }
     /* dK += dS^T Q;  dQ += dS K */
-    cpu_gemm_f32(kr, nj, d->dpad, ni, w->dpt, CPU_BM, 1, qn, d->dpad, w->dk, d->dpad, 1);
-    cpu_gemm_f32(kr, ni, d->dpad, nj, w->dpt, 1, CPU_BM, w->kt, d->dpad, dq, d->dpad, 1);
+    cpu_gemm_f32(kr, nj, d->dpad, ni, w->dpt, CPU_BM, 1, qn, d->dpad, w->dk, d->dpad, 1, NULL);
+    cpu_gemm_f32(kr, ni, d->dpad, nj, w->dpt, 1, CPU_BM, w->kt, d->dpad, dq, d->dpad, 1, NULL);
 }
 
 static void bwd_unit_task(void *arg, int64_t t, int worker) {

@@ -25,23 +25,26 @@
 
 /*
  * f32: for r < rows, col < 16 * nv:
- *   c[r*ldc + col] = (accumulate ? c[r*ldc + col] : 0) + sum_{kk<k} a[r*a_rs + kk*a_ks] * b[kk*ldb + col]
+ *   c[r*ldc + col] = (accumulate ? c[r*ldc + col] * cs[col] : 0) + sum_{kk<k} a[r*a_rs + kk*a_ks] * b[kk*ldb + col]
+ * where cs is c_scale, or all ones when c_scale is NULL (the online-softmax
+ * rescale of the output accumulator rides along with its update).
  */
 typedef void (*cpu_gemm_f32_fn)(int rows, int nv, int64_t k,
                                 const float *a, int64_t a_rs, int64_t a_ks,
                                 const float *b, int64_t ldb,
-                                float *c, int64_t ldc, int accumulate);
+                                float *c, int64_t ldc, int accumulate, const float *c_scale);
 
 /*
  * bf16 pairs: each uint32 holds two bf16 values (element 2kk in the low half,
  * 2kk + 1 in the high half); the product sums both halves:
  *   c[r][col] (+)= sum_{kk<kpairs} a(r, kk).lo * b(kk, col).lo + a(r, kk).hi * b(kk, col).hi
- * with a(r, kk) the word at a[r*a_rs + kk*a_ks] and b(kk, col) at b[kk*ldb + col].
+ * with a(r, kk) the word at a[r*a_rs + kk*a_ks] and b(kk, col) at b[kk*ldb + col];
+ * accumulate and c_scale as for f32.
  */
 typedef void (*cpu_gemm_bf16_fn)(int rows, int nv, int64_t kpairs,
                                   const uint32_t *a, int64_t a_rs, int64_t a_ks,
                                   const uint32_t *b, int64_t ldb,
-                                  float *c, int64_t ldc, int accumulate);
+                                  float *c, int64_t ldc, int accumulate, const float *c_scale);
 
 /*
  * Online softmax over one transposed score tile s[j*lds + i], j < nj keys,
@@ -105,9 +108,9 @@ const cpu_kernels *cpu_kernels_select(void);
 /* Macro loops over micro-tiles: m rows (any), n columns (a multiple of 16). */
 void cpu_gemm_f32(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
                   const float *a, int64_t a_rs, int64_t a_ks,
-                  const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate);
+                  const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale);
 void cpu_gemm_bf16(const cpu_kernels *kr, int64_t m, int64_t n, int64_t kpairs,
                    const uint32_t *a, int64_t a_rs, int64_t a_ks,
-                   const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate);
+                   const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale);
 
 #endif /* FA_CPU_KERNELS_H */

@@ -10,11 +10,13 @@
 #define FORCE_INLINE static inline __attribute__((always_inline))
 
 FORCE_INLINE void unit_f32(const int R, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
-                           const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+                           const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
     __m256 acc[CPU_MR][2];
     for (int r = 0; r < R; ++r)
-        for (int v = 0; v < 2; ++v)
+        for (int v = 0; v < 2; ++v) {
             acc[r][v] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * v) : _mm256_setzero_ps();
+            if (accumulate && cs) acc[r][v] = _mm256_mul_ps(acc[r][v], _mm256_loadu_ps(cs + 8 * v));
+        }
     for (int64_t kk = 0; kk < k; ++kk) {
         __m256 b0 = _mm256_loadu_ps(b + kk * ldb), b1 = _mm256_loadu_ps(b + kk * ldb + 8);
         const float *ak = a + kk * a_ks;
@@ -30,8 +32,8 @@ FORCE_INLINE void unit_f32(const int R, int64_t k, const float *a, int64_t a_rs,
 
 #define DEFINE_UNIT(R)                                                                              \
     static void unit_##R(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,         \
-                         int64_t ldb, float *c, int64_t ldc, int acc) {                             \
-        unit_f32(R, k, a, rs, ks, b, ldb, c, ldc, acc);                                            \
+                         int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {            \
+        unit_f32(R, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                        \
     }
 DEFINE_UNIT(1)
 DEFINE_UNIT(2)
@@ -40,13 +42,14 @@ DEFINE_UNIT(4)
 DEFINE_UNIT(5)
 DEFINE_UNIT(6)
 
-typedef void (*unit_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t, float *, int64_t, int);
+typedef void (*unit_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t, float *, int64_t, int,
+                        const float *);
 static const unit_fn units[CPU_MR] = {unit_1, unit_2, unit_3, unit_4, unit_5, unit_6};
 
 static void gemm_f32_avx2(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
-                          const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+                          const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
     for (int v = 0; v < nv; ++v)
-        units[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate);
+        units[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate, cs ? cs + 16 * v : NULL);
 }
 
 /* F16C: eight halves at a time. */

@@ -14,24 +14,65 @@
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
 
+/*
+ * The accumulators are 24 named variables rather than an array so the
+ * compiler keeps every one in a register; with R and NV compile-time
+ * constants the unused ones and their branches disappear.
+ */
+#define ACC_DECL(r) __m512 c##r##0 = zero, c##r##1 = zero, c##r##2 = zero, c##r##3 = zero
+#define ACC_LOAD(r)                                                                                 \
+    if (R > r && accumulate) {                                                                      \
+        if (NV > 0) c##r##0 = _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc), s0);                      \
+        if (NV > 1) c##r##1 = _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + 16), s1);                 \
+        if (NV > 2) c##r##2 = _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + 32), s2);                 \
+        if (NV > 3) c##r##3 = _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + 48), s3);                 \
+    }
+/* Column factors for the accumulator (1 when there are none). */
+#define SCALE_DECL                                                                                  \
+    const __m512 one = _mm512_set1_ps(1.0f);                                                        \
+    __m512 s0 = one, s1 = one, s2 = one, s3 = one;                                                  \
+    if (cs) {                                                                                       \
+        if (NV > 0) s0 = _mm512_loadu_ps(cs);                                                       \
+        if (NV > 1) s1 = _mm512_loadu_ps(cs + 16);                                                  \
+        if (NV > 2) s2 = _mm512_loadu_ps(cs + 32);                                                  \
+        if (NV > 3) s3 = _mm512_loadu_ps(cs + 48);                                                  \
+    }
+#define ACC_STORE(r)                                                                                \
+    if (R > r) {                                                                                    \
+        if (NV > 0) _mm512_storeu_ps(c + r * ldc, c##r##0);                                         \
+        if (NV > 1) _mm512_storeu_ps(c + r * ldc + 16, c##r##1);                                    \
+        if (NV > 2) _mm512_storeu_ps(c + r * ldc + 32, c##r##2);                                    \
+        if (NV > 3) _mm512_storeu_ps(c + r * ldc + 48, c##r##3);                                    \
+    }
+#define FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
+/* f32: one broadcast A element per row times NV vectors of B. */
+#define F32_STEP(r)                                                                                 \
+    if (R > r) {                                                                                    \
+        __m512 av = _mm512_set1_ps(ak[r * a_rs]);                                                   \
+        if (NV > 0) c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                     \
+        if (NV > 1) c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                     \
+        if (NV > 2) c##r##2 = _mm512_fmadd_ps(av, b2, c##r##2);                                     \
+        if (NV > 3) c##r##3 = _mm512_fmadd_ps(av, b3, c##r##3);                                     \
+    }
+
 FORCE_INLINE void tile_f32(const int R, const int NV, int64_t k,
                            const float *a, int64_t a_rs, int64_t a_ks,
-                           const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
-    __m512 acc[CPU_MR][CPU_NV_MAX];
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < NV; ++v)
-            acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
+                           const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
+    const __m512 zero = _mm512_setzero_ps();
+    SCALE_DECL
+    ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3); ACC_DECL(4); ACC_DECL(5);
+    FOR_ROWS(ACC_LOAD)
     for (int64_t kk = 0; kk < k; ++kk) {
-        __m512 bv[CPU_NV_MAX];
-        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + kk * ldb + 16 * v);
-        const float *ak = a + kk * a_ks;
-        for (int r = 0; r < R; ++r) {
-            __m512 av = _mm512_set1_ps(ak[r * a_rs]);
-            for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
-        }
+        const float *bk = b + kk * ldb, *ak = a + kk * a_ks;
+        __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;
+        if (NV > 0) b0 = _mm512_loadu_ps(bk);
+        if (NV > 1) b1 = _mm512_loadu_ps(bk + 16);
+        if (NV > 2) b2 = _mm512_loadu_ps(bk + 32);
+        if (NV > 3) b3 = _mm512_loadu_ps(bk + 48);
+        FOR_ROWS(F32_STEP)
     }
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+    FOR_ROWS(ACC_STORE)
 }
 
 FORCE_INLINE uint32_t load_word(const uint32_t *p) {
@@ -40,60 +81,68 @@ FORCE_INLINE uint32_t load_word(const uint32_t *p) {
     return w;
 }
 
+/* bf16 pairs: one broadcast A word (two bf16) per row, vdpbf16ps against B. */
+#define BF16_STEP(r)                                                                                \
+    if (R > r) {                                                                                    \
+        __m512bh av = (__m512bh)_mm512_set1_epi32((int)load_word(ak + r * a_rs));                  \
+        if (NV > 0) c##r##0 = _mm512_dpbf16_ps(c##r##0, av, b0);                                    \
+        if (NV > 1) c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                                    \
+        if (NV > 2) c##r##2 = _mm512_dpbf16_ps(c##r##2, av, b2);                                    \
+        if (NV > 3) c##r##3 = _mm512_dpbf16_ps(c##r##3, av, b3);                                    \
+    }
+
 FORCE_INLINE void tile_bf16(const int R, const int NV, int64_t kpairs,
                             const uint32_t *a, int64_t a_rs, int64_t a_ks,
-                            const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
-    __m512 acc[CPU_MR][CPU_NV_MAX];
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < NV; ++v)
-            acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
+                            const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
+    const __m512 zero = _mm512_setzero_ps();
+    SCALE_DECL
+    ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3); ACC_DECL(4); ACC_DECL(5);
+    FOR_ROWS(ACC_LOAD)
     for (int64_t kk = 0; kk < kpairs; ++kk) {
-        __m512i bv[CPU_NV_MAX];
-        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512((const void *)(b + kk * ldb + 16 * v));
-        const uint32_t *ak = a + kk * a_ks;
-        for (int r = 0; r < R; ++r) {
-            __m512i av = _mm512_set1_epi32((int)load_word(ak + r * a_rs));
-            for (int v = 0; v < NV; ++v)
-                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)av, (__m512bh)bv[v]);
-        }
+        const uint32_t *bk = b + kk * ldb, *ak = a + kk * a_ks;
+        __m512bh b0 = (__m512bh)zero, b1 = (__m512bh)zero, b2 = (__m512bh)zero, b3 = (__m512bh)zero;
+        if (NV > 0) b0 = (__m512bh)_mm512_loadu_si512((const void *)bk);
+        if (NV > 1) b1 = (__m512bh)_mm512_loadu_si512((const void *)(bk + 16));
+        if (NV > 2) b2 = (__m512bh)_mm512_loadu_si512((const void *)(bk + 32));
+        if (NV > 3) b3 = (__m512bh)_mm512_loadu_si512((const void *)(bk + 48));
+        FOR_ROWS(BF16_STEP)
     }
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+    FOR_ROWS(ACC_STORE)
 }
 
 /* One function per (rows, nv) so each keeps its accumulators in registers. */
 #define DEFINE_TILES(R)                                                                             \
     static void f32_##R##_1(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
-                            int64_t ldb, float *c, int64_t ldc, int acc) {                          \
-        tile_f32(R, 1, k, a, rs, ks, b, ldb, c, ldc, acc);                                         \
+                            int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {                          \
+        tile_f32(R, 1, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                         \
     }                                                                                               \
     static void f32_##R##_2(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
-                            int64_t ldb, float *c, int64_t ldc, int acc) {                          \
-        tile_f32(R, 2, k, a, rs, ks, b, ldb, c, ldc, acc);                                         \
+                            int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {                          \
+        tile_f32(R, 2, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                         \
     }                                                                                               \
     static void f32_##R##_3(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
-                            int64_t ldb, float *c, int64_t ldc, int acc) {                          \
-        tile_f32(R, 3, k, a, rs, ks, b, ldb, c, ldc, acc);                                         \
+                            int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {                          \
+        tile_f32(R, 3, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                         \
     }                                                                                               \
     static void f32_##R##_4(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
-                            int64_t ldb, float *c, int64_t ldc, int acc) {                          \
-        tile_f32(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc);                                         \
+                            int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {                          \
+        tile_f32(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                         \
     }                                                                                               \
     static void bf16_##R##_1(int64_t k, const uint32_t *a, int64_t rs, int64_t ks,                  \
-                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc) {      \
-        tile_bf16(R, 1, k, a, rs, ks, b, ldb, c, ldc, acc);                                        \
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {      \
+        tile_bf16(R, 1, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                        \
     }                                                                                               \
     static void bf16_##R##_2(int64_t k, const uint32_t *a, int64_t rs, int64_t ks,                  \
-                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc) {      \
-        tile_bf16(R, 2, k, a, rs, ks, b, ldb, c, ldc, acc);                                        \
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {      \
+        tile_bf16(R, 2, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                        \
     }                                                                                               \
     static void bf16_##R##_3(int64_t k, const uint32_t *a, int64_t rs, int64_t ks,                  \
-                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc) {      \
-        tile_bf16(R, 3, k, a, rs, ks, b, ldb, c, ldc, acc);                                        \
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {      \
+        tile_bf16(R, 3, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                        \
     }                                                                                               \
     static void bf16_##R##_4(int64_t k, const uint32_t *a, int64_t rs, int64_t ks,                  \
-                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc) {      \
-        tile_bf16(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc);                                        \
+                             const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {      \
+        tile_bf16(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                        \
     }
 
 DEFINE_TILES(1)
@@ -104,9 +153,9 @@ DEFINE_TILES(5)
 DEFINE_TILES(6)
 
 typedef void (*tile_f32_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t, float *,
-                            int64_t, int);
+                            int64_t, int, const float *);
 typedef void (*tile_bf16_fn)(int64_t, const uint32_t *, int64_t, int64_t, const uint32_t *, int64_t,
-                             float *, int64_t, int);
+                             float *, int64_t, int, const float *);
 
 #define ROW_OF(T, R) {T##_##R##_1, T##_##R##_2, T##_##R##_3, T##_##R##_4}
 static const tile_f32_fn f32_tiles[CPU_MR][CPU_NV_MAX] = {
@@ -115,14 +164,14 @@ static const tile_bf16_fn bf16_tiles[CPU_MR][CPU_NV_MAX] = {
     ROW_OF(bf16, 1), ROW_OF(bf16, 2), ROW_OF(bf16, 3), ROW_OF(bf16, 4), ROW_OF(bf16, 5), ROW_OF(bf16, 6)};
 
 static void gemm_f32_avx512(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
-                            const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
-    f32_tiles[rows - 1][nv - 1](k, a, a_rs, a_ks, b, ldb, c, ldc, accumulate);
+                            const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
+    f32_tiles[rows - 1][nv - 1](k, a, a_rs, a_ks, b, ldb, c, ldc, accumulate, cs);
 }
 
 static void gemm_bf16_avx512(int rows, int nv, int64_t kpairs, const uint32_t *a, int64_t a_rs,
                              int64_t a_ks, const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
-                             int accumulate) {
-    bf16_tiles[rows - 1][nv - 1](kpairs, a, a_rs, a_ks, b, ldb, c, ldc, accumulate);
+                             int accumulate, const float *cs) {
+    bf16_tiles[rows - 1][nv - 1](kpairs, a, a_rs, a_ks, b, ldb, c, ldc, accumulate, cs);
 }
 
 /*

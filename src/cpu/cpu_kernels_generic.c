@@ -10,11 +10,12 @@
 static void gemm_f32_generic(int rows, int nv, int64_t k,
                              const float *a, int64_t a_rs, int64_t a_ks,
                              const float *b, int64_t ldb,
-                             float *c, int64_t ldc, int accumulate) {
+                             float *c, int64_t ldc, int accumulate, const float *c_scale) {
     int ncols = nv * CPU_LANES;
     for (int r = 0; r < rows; ++r) {
         float acc[CPU_NV_MAX * CPU_LANES];
-        for (int col = 0; col < ncols; ++col) acc[col] = accumulate ? c[r * ldc + col] : 0.0f;
+        for (int col = 0; col < ncols; ++col)
+            acc[col] = accumulate ? c[r * ldc + col] * (c_scale ? c_scale[col] : 1.0f) : 0.0f;
         for (int64_t kk = 0; kk < k; ++kk) {
             float av = a[r * a_rs + kk * a_ks];
             const float *brow = b + kk * ldb;

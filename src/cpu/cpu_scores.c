@@ -4,6 +4,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "convert.h"
 #include "cpu_attn.h"
@@ -13,11 +14,7 @@
 
 void cpu_load_row_f32(const cpu_kernels *kr, fa_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
-    case FA_F32: {
-        const float *s = src;
-        for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
-        break;
-    }
+    case FA_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case FA_F16: kr->widen_f16(src, dst, n); break;
     case FA_BF16: kr->widen_bf16(src, dst, n); break;
     default: break;
