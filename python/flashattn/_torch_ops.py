@@ -10,6 +10,7 @@ Dropout randomness enters as ``rng_state``, a CPU int64 tensor
 pure function of its inputs and the backward replays the forward's mask.
 """
 
+import os
 from typing import Optional, Tuple
 
 import torch
@@ -18,7 +19,9 @@ from . import _core
 
 __all__ = ["fwd", "varlen_fwd", "fwd_kvcache", "make_rng_state", "HAS_CUSTOM_OP"]
 
-HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_fake")
+# FLASHATTN_TORCH_CUSTOM_OP=0 selects the plain autograd.Function path of older torch.
+HAS_CUSTOM_OP = (hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_fake")
+                 and os.environ.get("FLASHATTN_TORCH_CUSTOM_OP", "1") != "0")
 
 
 def make_rng_state(dropout_p):

@@ -2,6 +2,8 @@
 ops under torch.compile, CUDA streams. Skipped without torch; CUDA cases are
 skipped without a GPU and a CUDA build of the library."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -202,6 +204,13 @@ def test_kvcache_appends_in_place(device, paged):
         naive = None if dtype == torch.float32 else sdpa(q[b:b + 1], keys[None], vals[None])
         check(out[b:b + 1], ref, naive, dtype, 3.0)
     assert lse.shape == (B, 8, 1) and lse.dtype == torch.float32
+
+
+@pytest.mark.skipif(not os.environ.get("FLASHATTN_REQUIRE_CUDA"), reason="FLASHATTN_REQUIRE_CUDA unset")
+def test_cuda_cases_are_not_skipped():
+    """On the GPU machine, a library built without CUDA must fail loudly."""
+    assert torch.cuda.is_available(), "torch sees no GPU"
+    assert fa.cuda_device_count() > 0, f"{fa.library_path()} has no usable CUDA backend"
 
 
 def test_numpy_and_torch_agree():
