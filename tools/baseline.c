@@ -96,26 +96,25 @@ static float v_scaled(const cli_attention *a, float v) {
     return a->dropout_p > 0 ? round_to(a->dtype, v * (1.0f / (1.0f - a->dropout_p))) : v;
 }
 
-/* One unit = one (batch, kv head): all query heads of the group. */
+/* One forward unit = one (batch, query head). */
 static void fwd_unit(void *arg, int unit) {
     naive_job *job = arg;
     const cli_attention *a = job->a;
-    const int64_t group = a->Hq / a->Hk, b = unit / a->Hk, kvh = unit % a->Hk;
+    const int64_t b = unit / a->Hq, h = unit % a->Hq, kvh = h / (a->Hq / a->Hk);
     row_scratch r;
     if (!scratch_alloc(a, &r)) abort();
     float *acc = malloc(sizeof(float) * (size_t)a->Dv);
-    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-        for (int64_t i = 0; i < a->Sq; ++i) {
-            job->lse[(b * a->Hq + h) * a->Sq + i] = row_probs(a, b, h, i, &r);
-            memset(acc, 0, sizeof(float) * (size_t)a->Dv);
-            for (int64_t j = 0; j < a->Sk; ++j) {
-                if (r.pd[j] == 0) continue;
-                const float *v = k_row(a, a->v, b, j, kvh, a->Dv);
-                for (int64_t d = 0; d < a->Dv; ++d) acc[d] += r.pd[j] * v_scaled(a, v[d]);
-            }
-            float *o = (float *)q_row(a, job->out, b, i, h, a->Dv);
-            for (int64_t d = 0; d < a->Dv; ++d) o[d] = round_to(a->dtype, acc[d]);
+    if (!acc) abort();
+    for (int64_t i = 0; i < a->Sq; ++i) {
+        job->lse[(b * a->Hq + h) * a->Sq + i] = row_probs(a, b, h, i, &r);
+        memset(acc, 0, sizeof(float) * (size_t)a->Dv);
+        for (int64_t j = 0; j < a->Sk; ++j) {
+            if (r.pd[j] == 0) continue;
+            const float *v = k_row(a, a->v, b, j, kvh, a->Dv);
+            for (int64_t d = 0; d < a->Dv; ++d) acc[d] += r.pd[j] * v_scaled(a, v[d]);
         }
+        float *o = (float *)q_row(a, job->out, b, i, h, a->Dv);
+        for (int64_t d = 0; d < a->Dv; ++d) o[d] = round_to(a->dtype, acc[d]);
     }
     free(acc);
     scratch_free(&r);
@@ -123,9 +122,11 @@ static void fwd_unit(void *arg, int unit) {
 
 void cli_naive_fwd(const cli_attention *a, float *out, float *lse, int threads) {
     naive_job job = {a, out, lse, NULL, NULL, NULL};
-    cli_parallel_for((int)(a->B * a->Hk), threads, fwd_unit, &job);
+    cli_parallel_for((int)(a->B * a->Hq), threads, fwd_unit, &job);
 }
 
+/* One backward unit = one (batch, kv head) with all query heads of its group,
+ * so the group's sums of dk and dv stay in one place. */
 static void bwd_unit(void *arg, int unit) {
     naive_job *job = arg;
     const cli_attention *a = job->a;

@@ -9,10 +9,10 @@
 #include "convert.h"
 #include "parallel.h"
 
-/* Work the reference may do per CPU core before a slice is taken (FLOPs of the
- * naive float64 loops, a few seconds of one core). */
+/* Work the check may give each CPU core before a slice is taken: FLOPs of the
+ * float64 reference plus the naive baseline, about two seconds of one core. */
 #ifndef REF_FLOPS_PER_CORE
-#define REF_FLOPS_PER_CORE 4e9
+#define REF_FLOPS_PER_CORE 8e9
 #endif
 
 struct cli_reference {
@@ -81,33 +81,56 @@ static double slice_cost(const cli_workload *w, int64_t nb, int64_t nh, int64_t 
     return 2.0 * f * (backward ? 3.5 : 1.0);
 }
 
+/* Work per core of checking a slice: the forward runs one unit per (batch,
+ * query head), the backward one per (batch, kv head); dropout needs the true
+ * indices, so the reference then runs as one call. */
+static double slice_time(const cli_reference *r, const cli_workload *w, int64_t nb, int64_t nh, int64_t nk,
+                         int64_t ns, int backward) {
+    double units = w->cfg.dropout_p > 0 ? 1 : (double)(nb * (backward ? nk : nh));
+    if (units > r->threads) units = r->threads;
+    return slice_cost(w, nb, nh, ns, backward) / units;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/*
+ * Pick the checked slice: everything if it fits the time budget, else batch 0
+ * and enough leading heads to keep every core busy (whole GQA groups when the
+ * backward is checked, since dk and dv sum over a group), and for a forward
+ * that is still too long, a block of query rows.
+ */
 static void choose_slice(cli_reference *r, const cli_workload *w, int with_backward) {
     const cli_config *c = &w->cfg;
     const int64_t B = c->batch, Sq = c->seqlen_q, Hq = c->heads, Hk = c->kv_heads, group = Hq / Hk;
-    const double budget = REF_FLOPS_PER_CORE * r->threads;
+    const int64_t T = r->threads;
+    const double budget = REF_FLOPS_PER_CORE;
     int64_t nb = B, nh = Hq, nk = Hk, row0 = 0, rows = Sq;
     r->bwd_skipped = !with_backward;
 
-    if (slice_cost(w, B, Hq, Sq, with_backward) > budget) {
+    if (slice_time(r, w, B, Hq, Hk, Sq, with_backward) > budget) {
         nb = 1;
         if (with_backward) {
-            /* dk and dv sum over a kv head's whole group: keep groups whole. */
-            nk = group == 1 ? (Hk < 2 ? Hk : 2) : 1;
+            /* As many whole groups as there are cores, else the fewest that still
+             * test more than one head. */
+            nk = min64(Hk, max64(group == 1 ? 2 : 1, (T + group - 1) / group));
+            if (slice_time(r, w, nb, nk * group, nk, Sq, 1) > budget) nk = min64(Hk, group == 1 ? 2 : 1);
             nh = nk * group;
-            if (slice_cost(w, nb, nh, Sq, 1) > budget) {
+            if (slice_time(r, w, nb, nh, nk, Sq, 1) > budget) {
                 r->bwd_skipped = 1;
                 snprintf(r->skip_reason, sizeof r->skip_reason,
                          "backward not checked: the reference would take too long at this size");
             }
         }
         if (r->bwd_skipped) {
-            nh = Hq < 2 ? Hq : 2;
-            nk = group == 1 ? nh : 1; /* two heads of one group share kv head 0 */
+            /* Forward only: a prefix of query heads maps onto a prefix of kv heads. */
+            if (group == 1) nh = nk = min64(Hq, max64(2, T));
+            else if (group >= T) nk = 1, nh = min64(group, max64(2, T));
+            else nk = min64(Hk, (T + group - 1) / group), nh = nk * group;
         }
-        double per_row = slice_cost(w, nb, nh, 1, 0);
+        double per_row = slice_time(r, w, nb, nh, nk, 1, 0);
         if (per_row * (double)rows > budget) {
-            int64_t fit = (int64_t)(budget / per_row);
-            if (fit < 1) fit = 1;
+            int64_t fit = max64(1, (int64_t)(budget / per_row));
             /* The first rows keep a top-left diagonal (the bottom-right one too when
              * Sq == Sk, as the offset is then 0) and their dropout bits, which depend
              * on the row; the last rows keep a bottom-right diagonal. */
@@ -217,20 +240,28 @@ typedef struct ref_job {
     char message[256];
 } ref_job;
 
-/* One unit: batch b0 and kv head k0 (or the whole slice), through fa_fwd / fa_bwd
- * with strided views into the slice arrays. */
+/* One unit through fa_fwd / fa_bwd on strided views into the slice arrays: a
+ * (batch, query head) for the forward, a (batch, kv head) with its whole group
+ * for the backward (dk, dv sum over the group), or the whole slice. */
 static void ref_unit(void *arg, int unit) {
     ref_job *job = arg;
     cli_reference *r = job->r;
     const cli_attention *a = &r->a;
     const int64_t sg = a->Hq / a->Hk; /* query heads per kv head in the slice */
-    int64_t b0 = 0, k0 = 0, nb = a->B, nk = a->Hk;
-    if (!job->whole) {
+    int64_t b0 = 0, nb = a->B, h0 = 0, nh = a->Hq, k0 = 0, nk = a->Hk;
+    if (!job->whole && !job->backward) {
+        b0 = unit / a->Hq;
+        h0 = unit % a->Hq;
+        k0 = h0 / sg;
+        nb = nh = nk = 1;
+    } else if (!job->whole) {
         b0 = unit / a->Hk;
         k0 = unit % a->Hk;
+        h0 = k0 * sg;
+        nh = sg;
         nb = nk = 1;
     }
-    const int64_t h0 = k0 * sg, nh = nk * sg, Sq = a->Sq, Sk = a->Sk, D = a->D, Dv = a->Dv;
+    const int64_t Sq = a->Sq, Sk = a->Sk, D = a->D, Dv = a->Dv;
     const int64_t qb = Sq * a->Hq, kb = Sk * a->Hk; /* rows * heads per batch */
 #define QVIEW(base, W) view4((base) + (b0 * qb + h0) * (W), nb, Sq, nh, W, qb * (W), a->Hq * (W), W)
 #define KVIEW(base, W) view4((base) + (b0 * kb + k0) * (W), nb, Sk, nk, W, kb * (W), a->Hk * (W), W)
@@ -267,7 +298,7 @@ static int run_reference(cli_reference *r, const cli_workload *w, int backward, 
     if (r->slice_top_left) job.opts.align = FA_ALIGN_TOP_LEFT;
     job.backward = backward;
     job.whole = w->cfg.dropout_p > 0;
-    int units = job.whole ? 1 : (int)(r->a.B * r->a.Hk);
+    int units = job.whole ? 1 : (int)(r->a.B * (backward ? r->a.Hk : r->a.Hq));
     cli_parallel_for(units, r->threads, ref_unit, &job);
     if (job.status) snprintf(err, err_len, "%s", job.message);
     return job.status == FA_OK;

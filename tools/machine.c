@@ -24,4 +24,12 @@ void cli_machine_probe(cli_machine *m, int threads, int bf16, int bandwidth) {
 #endif
 }
 
+static double max2(double a, double b) { return a > b ? a : b; }
+
+void cli_machine_keep_max(cli_machine *m, const cli_machine *other) {
+    m->peak_f32 = max2(m->peak_f32, other->peak_f32);
+    m->peak_bf16 = max2(m->peak_bf16, other->peak_bf16);
+    m->read_gbs = max2(m->read_gbs, other->read_gbs);
+}
+
 const char *cli_machine_features(void) { return fa_cpu_features(); }

@@ -18,6 +18,9 @@ typedef struct cli_machine {
  * part of this build. */
 void cli_machine_probe(cli_machine *m, int threads, int bf16, int bandwidth);
 
+/* m = the higher of m and other, figure by figure. */
+void cli_machine_keep_max(cli_machine *m, const cli_machine *other);
+
 /* Space-separated CPU features the library uses. */
 const char *cli_machine_features(void);
 

@@ -36,7 +36,7 @@ void cli_print_case_header(FILE *f, const cli_config *c) {
     char desc[256];
     cli_describe_case(c, desc, sizeof desc);
     fprintf(f, "\ncase: %s\n", desc);
-    fprintf(f, "%-6s %-10s %10s %12s %8s %10s %10s %-5s %s\n", "dir", "backend", "time", "rate", "of peak",
+    fprintf(f, "%-6s %-10s %10s %14s %9s %12s %9s %-5s %s\n", "dir", "backend", "time", "rate", "of peak",
             "max err", "bound", "check", "checked");
 }
 
@@ -62,10 +62,14 @@ static void format_rate(char *buf, size_t len, const cli_result *r) {
     else snprintf(buf, len, "%.4g GFLOP/s", r->flops / s * 1e-9);
 }
 
-/* The fraction of the machine's ceiling that matters for this row. */
-static double headline_fraction(const cli_result *r) {
-    if (r->bytes > 0) return r->frac_bandwidth;
-    return r->frac_peak_bf16 >= 0 ? r->frac_peak_bf16 : r->frac_peak;
+/* "41% f32": the fraction of the ceiling that bounds this row (read bandwidth
+ * for decoding, the bf16 dot-product peak for bf16, else the f32 FMA peak). */
+static void format_fraction(char *buf, size_t len, const cli_result *r) {
+    if (r->bytes > 0 && r->frac_bandwidth >= 0) snprintf(buf, len, "%.0f%% bw", 100 * r->frac_bandwidth);
+    else if (r->bytes > 0) snprintf(buf, len, "-");
+    else if (r->frac_peak_bf16 >= 0) snprintf(buf, len, "%.0f%% bf16", 100 * r->frac_peak_bf16);
+    else if (r->frac_peak >= 0) snprintf(buf, len, "%.0f%% f32", 100 * r->frac_peak);
+    else snprintf(buf, len, "-");
 }
 
 void cli_print_result_row(FILE *f, const cli_result *r) {
@@ -77,8 +81,7 @@ void cli_print_result_row(FILE *f, const cli_result *r) {
     if (r->timed) {
         format_time(t, sizeof t, r->ms);
         format_rate(rate, sizeof rate, r);
-        double fr = headline_fraction(r);
-        if (fr >= 0) snprintf(frac, sizeof frac, "%.1f%%", 100 * fr);
+        format_fraction(frac, sizeof frac, r);
     }
     const cli_quantity *w = cli_check_worst(&r->check);
     if (w && (r->check.status == CLI_CHECK_PASS || r->check.status == CLI_CHECK_FAIL)) {
@@ -86,7 +89,7 @@ void cli_print_result_row(FILE *f, const cli_result *r) {
         snprintf(bound, sizeof bound, "%.2e", w->bound);
         if (w->nan_count) snprintf(err, sizeof err, "%lld NaN %s", w->nan_count, w->name);
     }
-    fprintf(f, "%-6s %-10s %10s %12s %8s %10s %10s %-5s %s\n", r->direction, r->backend, t, rate, frac, err, bound,
+    fprintf(f, "%-6s %-10s %10s %14s %9s %12s %9s %-5s %s\n", r->direction, r->backend, t, rate, frac, err, bound,
             check_word(&r->check), r->check.status ? r->check.scope : "");
 }
 
