@@ -16,7 +16,7 @@
 #define CPU_BM 64
 #define CPU_BN 64
 /* Query blocks per work item: they share each key tile while it is in cache. */
-#define CPU_QGROUP 4
+#define CPU_QGROUP 8
 
 /* Bytes are handed out from the workspace in 64-byte aligned pieces. */
 #define CPU_ALIGN 64

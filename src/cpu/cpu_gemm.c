@@ -1,7 +1,13 @@
 /*
  * The generic macro loops over micro-tiles, and the run-time choice of the
- * micro-kernel set.
+ * micro-kernel set: the widest the CPU has, or the one named by the
+ * environment variable FA_CPU_KERNELS (generic, avx2, avx512bf16) when the
+ * CPU can run it, for testing and comparison.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
 #include "cpu_kernels.h"
 #include "cpu_probe.h"
 
@@ -34,20 +40,65 @@ void cpu_gemm_bf16(const cpu_kernels *kr, int64_t m, int64_t n, int64_t kpairs,
 }
 
 #if defined(__x86_64__) || defined(_M_X64)
-/* AVX-512F without AVX512_BF16: the f32 kernels, bf16 storage widened. */
-static cpu_kernels avx512_no_bf16;
+#include <time.h>
+
+/* AVX-512 with bf16 storage widened to f32 (no AVX512_BF16, or a slow one). */
+static cpu_kernels avx512_f32_only;
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/*
+ * vdpbf16ps does twice the work of an FMA per instruction, but some cores
+ * issue it at a fraction of the FMA rate. Time both for about a millisecond
+ * (best of three) and use the bf16 kernels only where they are clearly faster.
+ */
+static int bf16_dot_is_faster(void) {
+    double best_fma = 1e30, best_dp = 1e30, flops_fma = 0.0, flops_dp = 0.0;
+    for (int rep = 0; rep < 3; ++rep) {
+        double t0 = seconds_now();
+        flops_fma = cpu_probe_fma_avx512(20000);
+        double t1 = seconds_now();
+        flops_dp = cpu_probe_dpbf16_avx512(20000);
+        double t2 = seconds_now();
+        if (t1 - t0 < best_fma) best_fma = t1 - t0;
+        if (t2 - t1 < best_dp) best_dp = t2 - t1;
+    }
+    return flops_dp / best_dp > 1.25 * (flops_fma / best_fma);
+}
 #endif
 
-const cpu_kernels *cpu_kernels_select(void) {
+static const cpu_kernels *choose(void) {
 #if defined(__x86_64__) || defined(_M_X64)
     const cpu_features *f = cpu_detect_features();
     if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma && f->f16c) {
-        if (f->avx512bf16) return &cpu_kernels_avx512;
-        avx512_no_bf16 = cpu_kernels_avx512;
-        avx512_no_bf16.gemm_bf16 = 0;
-        return &avx512_no_bf16;
+        if (f->avx512bf16 && bf16_dot_is_faster()) return &cpu_kernels_avx512;
+        avx512_f32_only = cpu_kernels_avx512;
+        avx512_f32_only.gemm_bf16 = 0;
+        return &avx512_f32_only;
     }
     if (f->avx2 && f->fma && f->f16c) return &cpu_kernels_avx2;
 #endif
     return &cpu_kernels_generic;
+}
+
+static const cpu_kernels *_Atomic chosen;
+
+const cpu_kernels *cpu_kernels_select(void) {
+    const cpu_kernels *k = chosen;
+    if (!k) { /* the first call decides; a racing call decides the same way */
+        const char *force = getenv("FA_CPU_KERNELS");
+        k = choose();
+        if (force && strcmp(force, "generic") == 0) k = &cpu_kernels_generic;
+#if defined(__x86_64__) || defined(_M_X64)
+        const cpu_features *f = cpu_detect_features();
+        if (force && strcmp(force, "avx2") == 0 && f->avx2 && f->fma && f->f16c) k = &cpu_kernels_avx2;
+        if (force && strcmp(force, "avx512bf16") == 0 && f->avx512f && f->avx512bf16) k = &cpu_kernels_avx512;
+#endif
+        chosen = k;
+    }
+    return k;
 }
