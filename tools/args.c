@@ -63,6 +63,7 @@ static const flag_spec flags[] = {
     {"--warmup", FLAG_INT, FIELD(warmup), 0, CLI_BENCH, "N", "untimed runs first (default 2)"},
     {"--fwd-only", FLAG_SWITCH, FIELD(fwd_only), 1, BOTH, "", "skip the backward"},
     {"--no-check", FLAG_SWITCH, FIELD(check), 0, CLI_BENCH, "", "skip the comparison with the float64 reference"},
+    {"--grid", FLAG_SWITCH, FIELD(grid), 1, CLI_BENCH, "", "the standard grid: hidden 2048, head dim 64/128/256, (batch, seqlen) (32,512)..(1,16k), causal and not"},
     {"--json", FLAG_SWITCH, FIELD(json), 1, BOTH, "", "one JSON object per case per line instead of a table"},
 };
 
@@ -232,6 +233,11 @@ cli_parse_result cli_parse_args(cli_command cmd, int argc, char **argv, cli_conf
     if (c->kvcache) c->fwd_only = 1; /* the KV-cache call has no backward */
     if (cmd == CLI_CHECK) c->check = 1;
     cli_config_resolve(c);
+    if (c->heads % c->kv_heads != 0) {
+        fprintf(stderr, "flashattn %s: --heads (%lld) must be a multiple of --kv-heads (%lld)\n", command_name(cmd),
+                (long long)c->heads, (long long)c->kv_heads);
+        return CLI_BAD_FLAG;
+    }
     return CLI_PARSED;
 }
 

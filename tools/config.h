@@ -46,6 +46,7 @@ typedef struct cli_config {
     int fwd_only;
     int check;                         /* compare with the float64 reference */
     int json;
+    int grid;                          /* bench: the standard GPU grid instead of one case */
 } cli_config;
 
 /* The default problem: batch 2, 16 heads, seqlen 1024, head dim 64, causal, bf16. */
