@@ -1,0 +1,71 @@
+#!/bin/sh
+# Exercise the flashattn command: exit codes, flag errors, checks over awkward
+# shapes and every option on the given backend, and the JSON output.
+# usage: tools/test_cli.sh path/to/flashattn [backend]
+set -u
+bin=${1:?usage: tools/test_cli.sh path/to/flashattn [backend]}
+backend=${2:-cpu}
+failures=0
+
+expect() { # expect <exit status> <args...>
+    want=$1
+    shift
+    "$bin" "$@" >/tmp/flashattn_cli_test.$$ 2>&1
+    got=$?
+    if [ "$got" -ne "$want" ]; then
+        echo "FAIL (exit $got, wanted $want): flashattn $*"
+        sed 's/^/    /' /tmp/flashattn_cli_test.$$
+        failures=$((failures + 1))
+    else
+        echo "ok   flashattn $*"
+    fi
+}
+
+expect 0 --help
+expect 2
+expect 2 frobnicate
+expect 0 info
+expect 0 bench --help
+expect 0 check --help
+expect 2 bench --no-such-flag
+expect 2 bench --batch
+expect 2 bench --batch zero
+expect 2 bench --dtype f64
+expect 2 bench --dropout 1
+expect 2 bench --window 5
+expect 2 bench --heads 6 --kv-heads 4
+expect 2 bench --against cpu
+expect 2 check --repeat 3
+expect 2 info --verbose
+expect 1 check --backend "$backend" --head-dim 300 --seqlen 8
+
+small="--backend $backend --batch 2 --heads 4"
+expect 0 check $small --seqlen 113
+expect 0 check $small --seqlen 1
+expect 0 check $small --seqlen-q 17 --seqlen-k 203 --kv-heads 2 --head-dim 40
+expect 0 check $small --seqlen-q 203 --seqlen-k 17 --kv-heads 1 --head-dim 59 --head-dim-v 80
+expect 0 check $small --seqlen-q 3 --seqlen-k 79 --top-left --dtype f16
+expect 0 check $small --seqlen 64 --dtype f32 --no-causal --softcap 3 --alibi
+expect 0 check $small --seqlen 97 --window 16,4 --dropout 0.2
+expect 0 check $small --seqlen 65 --deterministic --scale 0.3
+expect 0 check $small --decode --cache-len 100 --new 3 --block-size 16
+expect 0 check $small --decode --cache-len 33 --block-size 1 --splits 3 --dtype f32
+expect 0 bench $small --seqlen 64 --repeat 2 --warmup 1
+expect 0 bench $small --seqlen 64 --repeat 2 --no-check --fwd-only
+
+if command -v python3 >/dev/null 2>&1; then
+    if "$bin" bench $small --seqlen 48 --repeat 2 --json |
+        python3 -c 'import json, sys; rows = [json.loads(l) for l in sys.stdin]; assert len(rows) == 2 and all(r["pass"] for r in rows)'; then
+        echo "ok   bench --json gives one valid object per direction"
+    else
+        echo "FAIL bench --json"
+        failures=$((failures + 1))
+    fi
+fi
+
+rm -f /tmp/flashattn_cli_test.$$
+if [ "$failures" -ne 0 ]; then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "all passed"
