@@ -98,8 +98,12 @@ static int time_calls(fa_context *ctx, cli_workload *w, int backward, int warmup
 /* Fill the rate fractions of a timed result from the machine's ceilings. */
 static void fill_fractions(cli_result *r, const cli_config *c, const cli_machine *m) {
     r->frac_peak = r->frac_peak_bf16 = r->frac_bandwidth = -1;
-    if (!r->timed || r->on_gpu || r->ms <= 0) return;
+    if (!r->timed || r->ms <= 0) return;
     double s = r->ms * 1e-3;
+    if (r->on_gpu) { /* the GPU's ceiling here is its copy bandwidth, for decoding */
+        if (r->bytes > 0 && m->copy_gbs > 0) r->frac_bandwidth = r->bytes / s * 1e-9 / m->copy_gbs;
+        return;
+    }
     if (m->peak_f32 > 0) r->frac_peak = r->flops / s * 1e-9 / m->peak_f32;
     if (c->dtype == FA_BF16 && m->peak_bf16 > 0) r->frac_peak_bf16 = r->flops / s * 1e-9 / m->peak_bf16;
     if (r->bytes > 0 && m->read_gbs > 0) r->frac_bandwidth = r->bytes / s * 1e-9 / m->read_gbs;
@@ -189,6 +193,7 @@ static void print_machine(FILE *f, const target *t, const cli_machine *m) {
         int major = 0, minor = 0;
         fa_cuda_device_info(0, name, sizeof name, &major, &minor);
         fprintf(f, " on %s (sm_%d%d)\n", name, major, minor);
+        if (m->copy_gbs > 0) fprintf(f, "measured in this run: device copy %.0f GB/s (read + write)\n", m->copy_gbs);
         return;
     }
     fprintf(f, ", %d thread%s, CPU features: %s\n", m->threads, m->threads == 1 ? "" : "s", cli_machine_features());
@@ -211,6 +216,7 @@ static int prepare(cli_command cmd, int argc, char **argv, cli_config *c, target
     memset(m, 0, sizeof *m);
     m->threads = c->threads > 0 ? c->threads : cli_cpu_count();
     if (cmd == CLI_BENCH && !t->on_gpu) cli_machine_probe(m, m->threads, c->dtype == FA_BF16, c->kvcache);
+    if (cmd == CLI_BENCH && t->on_gpu && c->kvcache) m->copy_gbs = cli_device_copy_gbs();
     return -1;
 }
 

@@ -113,3 +113,27 @@ double cli_device_timer_stop_ms(void) {
     return -1;
 #endif
 }
+
+double cli_device_copy_gbs(void) {
+#ifdef FA_HAVE_CUDA
+    const size_t bytes = (size_t)1 << 30; /* far beyond the L2 cache */
+    void *src = NULL, *dst = NULL;
+    double best = 0;
+    if (cuda_ok(cudaMalloc(&src, bytes), "cudaMalloc") && cuda_ok(cudaMalloc(&dst, bytes), "cudaMalloc") &&
+        cuda_ok(cudaMemset(src, 1, bytes), "cudaMemset")) {
+        for (int i = 0; i < 6; ++i) { /* the first copy warms up; keep the fastest */
+            if (!cli_device_timer_start()) break;
+            if (!cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy")) break;
+            double ms = cli_device_timer_stop_ms();
+            if (ms <= 0) break;
+            double gbs = 2.0 * (double)bytes / (ms * 1e-3) * 1e-9;
+            if (i > 0 && gbs > best) best = gbs;
+        }
+    }
+    cudaFree(src);
+    cudaFree(dst);
+    return best;
+#else
+    return 0;
+#endif
+}

@@ -32,6 +32,10 @@ int cli_device_timer_start(void);
 /* Milliseconds since cli_device_timer_start(), after the GPU finished; < 0 on error. */
 double cli_device_timer_stop_ms(void);
 
+/* Device-to-device copy bandwidth in GB/s (bytes read plus bytes written),
+ * the GPU's memory ceiling measured in this run; 0 on failure. */
+double cli_device_copy_gbs(void);
+
 const char *cli_device_error(void);
 
 #endif /* FA_CLI_DEVICE_H */

@@ -11,6 +11,7 @@ typedef struct cli_machine {
     double peak_f32;      /* f32 FMA GFLOP/s; 0: not measured */
     double peak_bf16;     /* bf16 dot-product GFLOP/s; 0: not measured or no such instruction */
     double read_gbs;      /* memory read GB/s; 0: not measured */
+    double copy_gbs;      /* GPU device-to-device copy GB/s (read + write); 0: not measured */
 } cli_machine;
 
 /* Measure the CPU's peaks on `threads` threads (bf16: also the bf16 peak;

@@ -169,8 +169,8 @@ void cli_print_result_json(FILE *f, const cli_config *c, const cli_result *r, co
             json_number(f, r->frac_peak_bf16);
         }
         if (r->frac_bandwidth >= 0) {
-            fprintf(f, ",\"read_bandwidth_gbs\":");
-            json_number(f, m->read_gbs);
+            fprintf(f, r->on_gpu ? ",\"copy_bandwidth_gbs\":" : ",\"read_bandwidth_gbs\":");
+            json_number(f, r->on_gpu ? m->copy_gbs : m->read_gbs);
             fprintf(f, ",\"frac_bandwidth\":");
             json_number(f, r->frac_bandwidth);
         }
