@@ -97,11 +97,14 @@ def _invoke(name, device_like, *args):
     L = lib()
     fn = getattr(L, name)
     ctx = _context(device_like)
-    if not (_TORCH_WORKSPACE and _is_cuda(device_like)):
+    if not _is_cuda(device_like):
         check(fn(ctx.handle, *args))
         return
     import torch
     with torch.cuda.device(device_like.device):
+        if not _TORCH_WORKSPACE:
+            check(fn(ctx.handle, *args))
+            return
         check(L.fa_context_set_dry_run(ctx.handle, 1))
         try:
             check(fn(ctx.handle, *args))

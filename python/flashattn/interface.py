@@ -69,6 +69,15 @@ def _torch_ops():
     return _torch_ops
 
 
+def _tensor_like(x, like):
+    """Index and slope arguments given as lists or NumPy arrays, as tensors on
+    like's device (the torch operators take tensors only)."""
+    if x is None or T.is_torch(x):
+        return x
+    import torch
+    return torch.as_tensor(np.asarray(x), device=like.device)
+
+
 # ---------------------------------------------------------------------------
 # Dense (batch, seqlen, heads, head_dim)
 # ---------------------------------------------------------------------------
@@ -93,7 +102,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         ops = _torch_ops()
         rng = ops.make_rng_state(dropout_p)
         out, lse = ops.fwd(q, k, v, dropout_p, softmax_scale, bool(causal), left, right,
-                           float(softcap), alibi_slopes, bool(deterministic), rng)
+                           float(softcap), _tensor_like(alibi_slopes, q), bool(deterministic),
+                           rng)
         seed_offset = rng.tolist() if rng is not None else None
     else:
         seed_offset = _numpy_seed(dropout_p)
@@ -164,9 +174,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if T.is_torch(q):
         ops = _torch_ops()
         rng = ops.make_rng_state(dropout_p)
-        out, lse = ops.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+        out, lse = ops.varlen_fwd(q, k, v, _tensor_like(cu_seqlens_q, q),
+                                  _tensor_like(cu_seqlens_k, q), int(max_seqlen_q),
                                   int(max_seqlen_k), dropout_p, softmax_scale, bool(causal), left,
-                                  right, float(softcap), alibi_slopes, bool(deterministic), rng)
+                                  right, float(softcap), _tensor_like(alibi_slopes, q),
+                                  bool(deterministic), rng)
         seed_offset = rng.tolist() if rng is not None else None
     else:
         seed_offset = _numpy_seed(dropout_p)
@@ -259,9 +271,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if isinstance(cache_seqlens, (int, np.integer)):
         cache_seqlens = T.full_int32(q, (q.shape[0],), int(cache_seqlens))
     if T.is_torch(q):
-        out, lse = _torch_ops().fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
-                                            softmax_scale, bool(causal), left, right,
-                                            float(softcap), alibi_slopes, int(num_splits))
+        out, lse = _torch_ops().fwd_kvcache(q, k_cache, v_cache, k, v,
+                                            _tensor_like(cache_seqlens, q),
+                                            _tensor_like(block_table, q), softmax_scale,
+                                            bool(causal), left, right, float(softcap),
+                                            _tensor_like(alibi_slopes, q), int(num_splits))
     else:
         out, lse = _core.fwd_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k, v,
                                      num_splits, softmax_scale=softmax_scale, causal=causal,

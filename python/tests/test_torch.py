@@ -220,6 +220,15 @@ def test_numpy_and_torch_agree():
     np.testing.assert_array_equal(got.numpy(), want)
 
 
+def test_index_arguments_as_lists():
+    q = torch.randn(9, 2, 16)
+    out = fa.flash_attn_varlen_func(q, q, q, [0, 4, 9], [0, 4, 9], 5, 5, alibi_slopes=[0.5, 0.25])
+    want = fa.flash_attn_varlen_func(q.numpy(), q.numpy(), q.numpy(), np.array([0, 4, 9], np.int32),
+                                     np.array([0, 4, 9], np.int32), 5, 5,
+                                     alibi_slopes=np.array([0.5, 0.25], np.float32))
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
 def test_errors_are_runtime_errors():
     q = torch.randn(1, 4, 3, 16)
     kv = torch.randn(1, 4, 2, 16)
