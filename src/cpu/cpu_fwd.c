@@ -83,6 +83,7 @@ typedef struct q_block {
     int64_t nrows, ncols;       /* real rows; columns padded to the lane count */
     int64_t kmin, kmax;         /* union of the rows' visible keys */
     int64_t lo_max, hi_min;     /* intersection: tiles inside it need no mask */
+    int natural;                /* few rows: Q [rows][D] and O [rows][dvpad], head dim along the lanes */
     void *qt;                   /* Q^T: f32 [D][ncols] or bf16 pairs [D/2][ncols] */
     float *ot;                  /* O^T accumulator [Dv][ncols] */
     float *m, *l, *alpha;
@@ -94,6 +95,7 @@ typedef struct fwd_scratch {
     q_block blk[CPU_QGROUP];
     float *s;          /* S^T, then P^T: [CPU_BN][CPU_BM] */
     uint32_t *pp;      /* P^T as bf16 pairs [CPU_BN/2][CPU_BM] */
+    float *pp_f32;     /* few-row path: natural scores [CPU_FEW_ROWS][CPU_BN] (same memory) */
     void *kbuf;        /* packed K tile: f32 [BN][D] or bf16 pairs [BN][D/2] */
     void *vbuf;        /* packed V tile: f32 [BN][Dv] or bf16 pairs [BN/2][Dv] */
     const void *ka;    /* the K tile the score kernel reads (kbuf, or K in place) */
@@ -119,9 +121,10 @@ static size_t fwd_scratch_layout(const fa_problem *p, fwd_scratch *w, char *base
         q->row = cpu_take(&a, bm * 4);
     }
     w->s = cpu_take(&a, bn * bm * 4);
-    w->pp = cpu_take(&a, bn / 2 * bm * 4);
+    w->pp = cpu_take(&a, bn / 2 * bm * 4); /* >= 8 * CPU_BN floats */
+    w->pp_f32 = (float *)(void *)w->pp;
     w->kbuf = cpu_take(&a, bn * (d + 1) * 4);
-    w->vbuf = cpu_take(&a, bn * (dv + 1) * 4);
+    w->vbuf = cpu_take(&a, (bn * (dv + 1) + 16) * 4); /* slack: padded-width reads of the last row */
     w->lo_rel = cpu_take(&a, bm * 4);
     w->hi_rel = cpu_take(&a, bm * 4);
     return (size_t)(a.next - base);
@@ -259,8 +262,11 @@ static void tile_update(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
 static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split) {
     const fa_problem *p = job->p;
     const int64_t ncols = q->ncols;
+    /* element (row c, d) of O: transposed [Dv][ncols], or natural [rows][dvpad] */
+    const int64_t d_stride = q->natural ? 1 : ncols, c_stride = q->natural ? cpu_round_up(p->Dv, CPU_LANES) : 1;
     for (int64_t c = 0; c < q->nrows; ++c) {
         int64_t h = q->head[c], i = q->row[c];
+        const float *oc = q->ot + c * c_stride;
         float l = q->l[c];
         int empty = !(l > 0.0f); /* no visible key: out 0, lse -inf */
         float inv = empty ? 0.0f : 1.0f / l;
@@ -268,20 +274,62 @@ static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split) {
         if (job->g.nsplit > 1) {
             int64_t idx = ((split * p->B + b) * p->Hq + h) * p->Sq + i;
             float *o = job->part_o + idx * p->Dv;
-            for (int64_t d = 0; d < p->Dv; ++d) o[d] = empty ? 0.0f : q->ot[d * ncols + c] * inv;
+            for (int64_t d = 0; d < p->Dv; ++d) o[d] = empty ? 0.0f : oc[d * d_stride] * inv;
             job->part_lse[idx] = lse;
             continue;
         }
         int64_t off = fa_q_offset(p, &p->out, b, i, h);
         if (p->dtype == FA_F32) {
             float *o = (float *)p->out.data + off;
-            for (int64_t d = 0; d < p->Dv; ++d) o[d] = empty ? 0.0f : q->ot[d * ncols + c] * inv;
+            for (int64_t d = 0; d < p->Dv; ++d) o[d] = empty ? 0.0f : oc[d * d_stride] * inv;
         } else {
             for (int64_t d = 0; d < p->Dv; ++d)
-                fa_store_f(p->out.data, p->dtype, off + d, empty ? 0.0f : q->ot[d * ncols + c] * inv);
+                fa_store_f(p->out.data, p->dtype, off + d, empty ? 0.0f : oc[d * d_stride] * inv);
         }
         if (p->lse) p->lse[fa_lse_offset(p, b, h, i)] = lse;
     }
+}
+
+/*
+ * Blocks of at most CPU_FEW_ROWS rows (decode) would leave most SIMD lanes of
+ * the transposed layout empty. They keep rows in registers instead and the
+ * head dimension along the lanes: scores by cpu_rowdot, the softmax on a
+ * small transposed copy, and O += P V as a gemm with P broadcast.
+ */
+#define CPU_FEW_ROWS 8
+
+static void pack_q_rows(const fwd_job *job, q_block *q, int64_t b) {
+    const fa_problem *p = job->p;
+    float *qn = q->qt;
+    for (int64_t c = 0; c < q->nrows; ++c)
+        cpu_load_row_f32(job->kr, p->dtype, row_ptr(&p->q, p->dtype, fa_q_offset(p, &p->q, b, q->row[c], q->head[c])),
+                         qn + c * p->D, p->D);
+}
+
+static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t b, int64_t j0, int64_t nj) {
+    const fa_problem *p = job->p;
+    const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), ncols = q->ncols, R = q->nrows;
+    const int64_t dvpad = cpu_round_up(p->Dv, CPU_LANES);
+    float *sn = w->pp_f32; /* natural scores [R][CPU_BN] */
+    job->kr->rowdot((int)R, nj, p->D, q->qt, p->D, w->ka, w->ka_rs, sn, CPU_BN);
+    for (int64_t j = 0; j < nj; ++j) /* transposed copy for the column softmax */
+        for (int64_t c = 0; c < ncols; ++c) w->s[j * ncols + c] = c < R ? sn[c * CPU_BN + j] : 0.0f;
+    float c = cpu_score_options(p, b, sq, sk, j0, nj, ncols, R, q->head, q->row, w->s, NULL);
+    int full = q->lo_max <= j0 && q->hi_min >= j0 + nj;
+    if (!full)
+        for (int64_t col = 0; col < ncols; ++col) {
+            int64_t lo = q->lo[col] - j0, hi = q->hi[col] - j0;
+            w->lo_rel[col] = (int32_t)(lo < 0 ? 0 : lo > nj ? nj : lo);
+            w->hi_rel[col] = (int32_t)(hi < 0 ? 0 : hi > nj ? nj : hi);
+        }
+    job->kr->softmax_tile(nj, ncols, w->s, ncols, c, full ? NULL : w->lo_rel, w->hi_rel, q->m, q->l, q->alpha);
+    if (p->dropout_p > 0.0f) cpu_apply_dropout(p, b, j0, nj, ncols, R, q->head, q->row, w->s);
+    for (int64_t r = 0; r < R; ++r) { /* rescale each row of O to its new running max */
+        float *o = q->ot + r * dvpad, a = q->alpha[r];
+        for (int64_t d = 0; d < dvpad; ++d) o[d] *= a;
+    }
+    /* O[r][:] += sum_j P^T[j][r] V[j][:]; V rows are Dv apart, the padded columns are ignored */
+    cpu_gemm_f32(job->kr, R, dvpad, nj, w->s, 1, ncols, w->vbuf, p->Dv, q->ot, dvpad, 1, NULL);
 }
 
 /* Sets up a block of rows (heads hq0 .. hq0 + nh, queries i0 .. i0 + ni) over keys [kb, ke). */
@@ -319,8 +367,10 @@ static void start_block(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
         q->m[c] = -INFINITY;
         q->l[c] = 0.0f;
     }
+    q->natural = !job->bf16 && q->nrows <= CPU_FEW_ROWS;
     if (q->kmin < q->kmax) {
-        pack_q(job, q, b, w->kbuf);
+        if (q->natural) pack_q_rows(job, q, b);
+        else pack_q(job, q, b, w->kbuf);
         memset(q->ot, 0, (size_t)(p->Dv * q->ncols) * sizeof(float));
     }
 }
@@ -392,7 +442,9 @@ static void fwd_task(void *arg, int64_t t, int worker) {
             prefetch_tile(job, b, kvh, j0 + CPU_BN, kmax - j0 - CPU_BN < CPU_BN ? kmax - j0 - CPU_BN : CPU_BN);
         for (int k = 0; k < nb; ++k) {
             q_block *q = &w.blk[k];
-            if (q->kmin < j0 + nj && q->kmax > j0) block_step(job, &w, q, b, j0, nj); /* skip tiles the block cannot see */
+            if (q->kmin >= j0 + nj || q->kmax <= j0) continue; /* a tile the block cannot see */
+            if (q->natural) block_step_rows(job, &w, q, b, j0, nj);
+            else block_step(job, &w, q, b, j0, nj);
         }
     }
     for (int k = 0; k < nb; ++k) finish_block(job, &w.blk[k], b, split);

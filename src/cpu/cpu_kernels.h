@@ -67,6 +67,13 @@ typedef void (*cpu_exp_tile_fn)(int64_t nj, int64_t ncols, const float *s, int64
                                 const int32_t *lo, const int32_t *hi, const float *lse2,
                                 float *p, int64_t ldp);
 
+/*
+ * Few-row scores (decode): s[r*lds + j] = sum_{dd<d} q[r*ldq + dd] * k[j*ldk + dd]
+ * for r < rows (at most 8), j < nj; the head dimension is along the lanes.
+ */
+typedef void (*cpu_rowdot_fn)(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                              const float *k, int64_t ldk, float *s, int64_t lds);
+
 /* Row conversions used when packing tiles. */
 typedef void (*cpu_widen_fn)(const uint16_t *src, float *dst, int64_t n);           /* f16 or bf16 -> f32 */
 /* out[i] = r0[i] | r1[i] << 16: two bf16 rows interleaved into pairs; r1 NULL means zeros. */
@@ -80,6 +87,7 @@ typedef struct cpu_kernels {
     cpu_gemm_bf16_fn gemm_bf16;     /* NULL without a native bf16 dot product */
     cpu_softmax_tile_fn softmax_tile;
     cpu_exp_tile_fn exp_tile;
+    cpu_rowdot_fn rowdot;
     cpu_widen_fn widen_f16, widen_bf16;
     cpu_pair_bf16_fn pair_bf16;
     cpu_pair_f32_fn pair_f32;
@@ -97,6 +105,8 @@ void cpu_softmax_tile_generic(int64_t nj, int64_t ncols, float *s, int64_t lds, 
 void cpu_exp_tile_generic(int64_t nj, int64_t ncols, const float *s, int64_t lds, float c,
                           const int32_t *lo, const int32_t *hi, const float *lse2, float *p, int64_t ldp);
 
+void cpu_rowdot_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                        float *s, int64_t lds);
 void cpu_widen_f16_generic(const uint16_t *src, float *dst, int64_t n);
 void cpu_widen_bf16_generic(const uint16_t *src, float *dst, int64_t n);
 void cpu_pair_bf16_generic(const uint16_t *r0, const uint16_t *r1, uint32_t *out, int64_t n);

@@ -66,6 +66,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .gemm_bf16 = 0, /* bf16 storage is widened to f32 */
     .softmax_tile = cpu_softmax_tile_generic,
     .exp_tile = cpu_exp_tile_generic,
+    .rowdot = cpu_rowdot_generic,
     .widen_f16 = widen_f16_avx2,
     .widen_bf16 = cpu_widen_bf16_generic,
     .pair_bf16 = cpu_pair_bf16_generic,

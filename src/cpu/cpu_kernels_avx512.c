@@ -110,6 +110,66 @@ FORCE_INLINE void tile_bf16(const int R, const int NV, int64_t kpairs,
     FOR_ROWS(ACC_STORE)
 }
 
+/* Masked loads and stores handle the tail of every row in the same loop. */
+FORCE_INLINE __mmask16 tail_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/*
+ * Sums the 16 lanes of each of x[0..15] into lane i of the result: two
+ * in-lane steps (unpack by 32 then 64 bits) leave each 128-bit lane holding
+ * partial sums of four vectors, two 128-bit shuffle steps finish them; 30
+ * instructions for 16 dot products instead of one full reduction each.
+ */
+FORCE_INLINE __m512 reduce16(const __m512 x[16]) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; ++i) { /* lanes of x[2i] and x[2i+1] interleaved by 64-bit pairs */
+        __m512 lo = _mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]);
+        __m512 hi = _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]);
+        a[i] = _mm512_add_ps(lo, hi);
+    }
+    for (int i = 0; i < 4; ++i) {
+        __m512 lo = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a[2 * i]), _mm512_castps_pd(a[2 * i + 1])));
+        __m512 hi = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a[2 * i]), _mm512_castps_pd(a[2 * i + 1])));
+        b[i] = _mm512_add_ps(lo, hi); /* each 128-bit lane: sums of 4 vectors, one partial per 128-bit lane */
+    }
+    for (int i = 0; i < 2; ++i) {
+        __m512 lo = _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88); /* 128-bit lanes 0,2 of each */
+        __m512 hi = _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD); /* lanes 1,3 */
+        c[i] = _mm512_add_ps(lo, hi);
+    }
+    __m512 lo = _mm512_shuffle_f32x4(c[0], c[1], 0x88);
+    __m512 hi = _mm512_shuffle_f32x4(c[0], c[1], 0xDD);
+    return _mm512_add_ps(lo, hi);
+}
+
+static void rowdot_avx512(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                          const float *k, int64_t ldk, float *s, int64_t lds) {
+    for (int r = 0; r < rows; ++r) {
+        const float *qr = q + r * ldq;
+        int64_t j = 0;
+        for (; j + 16 <= nj; j += 16) { /* 16 keys, then one combined reduction */
+            __m512 acc[16];
+            for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+            for (int64_t dd = 0; dd < d; dd += 16) {
+                __mmask16 m = tail_mask(d - dd);
+                __m512 qv = _mm512_maskz_loadu_ps(m, qr + dd);
+                for (int t = 0; t < 16; ++t)
+                    acc[t] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + (j + t) * ldk + dd), acc[t]);
+            }
+            _mm512_storeu_ps(s + r * lds + j, reduce16(acc));
+        }
+        for (; j < nj; ++j) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t dd = 0; dd < d; dd += 16) {
+                __mmask16 m = tail_mask(d - dd);
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qr + dd), _mm512_maskz_loadu_ps(m, k + j * ldk + dd), acc);
+            }
+            s[r * lds + j] = _mm512_reduce_add_ps(acc);
+        }
+    }
+}
+
 /* One function per (rows, nv) so each keeps its accumulators in registers. */
 #define DEFINE_TILES(R)                                                                             \
     static void f32_##R##_1(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
@@ -283,10 +343,6 @@ static void exp_tile_avx512(int64_t nj, int64_t ncols, const float *s, int64_t l
     }
 }
 
-/* Masked loads and stores handle the tail of every row in the same loop. */
-FORCE_INLINE __mmask16 tail_mask(int64_t left) {
-    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-}
 
 static void widen_f16_avx512(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
@@ -330,6 +386,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .gemm_bf16 = gemm_bf16_avx512,
     .softmax_tile = softmax_tile_avx512,
     .exp_tile = exp_tile_avx512,
+    .rowdot = rowdot_avx512,
     .widen_f16 = widen_f16_avx512,
     .widen_bf16 = widen_bf16_avx512,
     .pair_bf16 = pair_bf16_avx512,

@@ -66,6 +66,16 @@ void cpu_exp_tile_generic(int64_t nj, int64_t ncols, const float *s, int64_t lds
             p[j * ldp + i] = visible(lo, hi, i, j) ? exp2_generic(s[j * lds + i] * c - lse2[i]) : 0.0f;
 }
 
+void cpu_rowdot_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                        float *s, int64_t lds) {
+    for (int r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < nj; ++j) {
+            float acc = 0.0f;
+            for (int64_t dd = 0; dd < d; ++dd) acc += q[r * ldq + dd] * k[j * ldk + dd];
+            s[r * lds + j] = acc;
+        }
+}
+
 void cpu_widen_f16_generic(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = fa_f16_to_f32(src[i]);
 }
@@ -89,6 +99,7 @@ const cpu_kernels cpu_kernels_generic = {
     .gemm_bf16 = NULL, /* bf16 storage is widened to f32 */
     .softmax_tile = cpu_softmax_tile_generic,
     .exp_tile = cpu_exp_tile_generic,
+    .rowdot = cpu_rowdot_generic,
     .widen_f16 = cpu_widen_f16_generic,
     .widen_bf16 = cpu_widen_bf16_generic,
     .pair_bf16 = cpu_pair_bf16_generic,
