@@ -240,15 +240,16 @@ static int check_all(bool small) {
     if (small) { /* a few quick cases, for compute-sanitizer */
         cases.push_back({1, 130, 300, 2, 1, 128, 1, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({1, 70, 100, 2, 2, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0});
+        cases.push_back({1, 150, 400, 2, 2, 128, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({1, 70, 150, 2, 2, 256, 1, 1, -1, -1, 0.f, false, 1.f, 0});
         int fails = 0;
         for (const Case &c : cases) fails += run_case(c);
         return fails != 0;
     }
-    const int dims[] = {128, 64, 256};
+    const int dims[] = {128, 64, 256, 40, 96, 192};
     for (int D : dims) {
         for (int bf = 1; bf >= 0; --bf) {
-            if (!bf && D != 128) continue;
+            if (!bf && D != 128 && D != 96) continue;
             cases.push_back({1, 1, 1, 1, 1, D, 0, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
             cases.push_back({2, 17, 17, 2, 1, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
             cases.push_back({1, 113, 203, 4, 2, D, 0, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
@@ -265,6 +266,9 @@ static int check_all(bool small) {
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, (bool)bf, 4.f, 0}); /* large scores */
         }
     }
+    /* head dim 64 with a mask and long queries: the 192-row tiles */
+    cases.push_back({1, 1500, 1601, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+    cases.push_back({1, 1700, 1300, 2, 2, 64, 0, 0, 300, 10, 0.f, false, 1.f, 0});
     int fails = 0;
     for (const Case &c : cases) fails += run_case(c);
     printf("%d / %zu cases failed\n", fails, cases.size());
@@ -273,14 +277,15 @@ static int check_all(bool small) {
 
 /* Median kernel time over reps, on random inputs. */
 static int bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    /* optional filters: bench [D [causal]] */
+    int only_d = argc > 2 ? atoi(argv[2]) : 0, only_causal = argc > 3 ? atoi(argv[3]) : -1;
     const int dims[] = {64, 128, 256};
     const int bs[][2] = {{32, 512}, {16, 1024}, {8, 2048}, {4, 4096}, {2, 8192}, {1, 16384}};
     printf("%-6s %-6s %-6s %-6s %-10s %-10s\n", "D", "causal", "batch", "seqlen", "ms", "TFLOP/s");
     for (int D : dims)
         for (int causal = 0; causal < 2; ++causal)
             for (auto &bsz : bs) {
+                if ((only_d && D != only_d) || (only_causal >= 0 && causal != only_causal)) continue;
                 int B = bsz[0], S = bsz[1], H = 2048 / D;
                 size_t n = (size_t)B * S * H * D;
                 uint16_t *q, *k, *v, *o;
@@ -349,6 +354,7 @@ static int bench(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* keep finished lines if a case hangs */
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench(argc, argv);
     return check_all(argc > 1 && !strcmp(argv[1], "small"));
 }

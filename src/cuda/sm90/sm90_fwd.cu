@@ -11,10 +11,15 @@
 #include "sm90.h"
 #include "sm90_fwd_kernel.cuh"
 
-/* Tile shapes: 128 query rows x BN keys, K/V ring of STAGES. */
-template <bool BF16> using Sm90CfgD64 = Sm90FwdConfig<64, 128, 3, BF16>;
-template <bool BF16> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16>;
-template <bool BF16> using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16>; /* O staged in the Q buffer */
+/* Specialisations: (head dim, keys per block, K/V stages, consumer
+ * warpgroups = query rows / 64). Head dim 64 is softmax-bound, so three
+ * consumers share the tensor cores there, except for short masked problems
+ * where 192-row tiles leave the machine unbalanced. */
+enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256 };
+template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3>;
+template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
+template <bool BF16> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2>;
+template <bool BF16> using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2>; /* O staged in the Q buffer */
 
 /* cuTensorMapEncodeTiled, reached through the runtime so nothing links -lcuda. */
 static PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
@@ -70,18 +75,31 @@ static int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt, int64_
     return r == CUDA_SUCCESS;
 }
 
-static int sm90_head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
+/* Head dims run on the kernel of the next size up (64, 128, 256): TMA
+ * zero-fills the missing columns on load and clips them on store. A multiple
+ * of 8 keeps rows 16-byte aligned. */
+static int sm90_head_dim_ok(int64_t d) { return d >= 8 && d <= 256 && d % 8 == 0; }
+static int sm90_padded_head_dim(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 
-/* Kv-block size for a head dim (the tile's BN). */
-static int sm90_block_n(int64_t d) { return d == 256 ? 64 : 128; }
+static sm90_variant sm90_pick(const fa_problem *p) {
+    switch (sm90_padded_head_dim(p->D)) {
+    case 64: return p->has_mask && p->Sq <= 1024 ? SM90_D64_M128 : SM90_D64_M192;
+    case 128: return SM90_D128;
+    default: return SM90_D256;
+    }
+}
+
+/* Query rows per tile (the tile's BM) and keys per block (BN). */
+static int sm90_block_m(const fa_problem *p) { return sm90_pick(p) == SM90_D64_M192 ? 192 : 128; }
+static int sm90_block_n(const fa_problem *p) { return sm90_pick(p) == SM90_D256 ? 64 : 128; }
 
 /* Builds every field of the kernel parameters; 0 if the problem is not TMA-addressable. */
 static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
     memset(k, 0, sizeof(*k));
     const int64_t D = p->D;
-    if (!sm90_make_map(&k->tm_q, &p->q, p->dtype, p->B, p->Sq, p->Hq, D, 128)) return 0;
-    if (!sm90_make_map(&k->tm_k, &p->k, p->dtype, p->B, p->Sk, p->Hk, D, sm90_block_n(D))) return 0;
-    if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, p->B, p->Sk, p->Hk, D, sm90_block_n(D))) return 0;
+    if (!sm90_make_map(&k->tm_q, &p->q, p->dtype, p->B, p->Sq, p->Hq, D, sm90_block_m(p))) return 0;
+    if (!sm90_make_map(&k->tm_k, &p->k, p->dtype, p->B, p->Sk, p->Hk, D, sm90_block_n(p))) return 0;
+    if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, p->B, p->Sk, p->Hk, D, sm90_block_n(p))) return 0;
     if (!sm90_make_map(&k->tm_o, &p->out, p->dtype, p->B, p->Sq, p->Hq, D, 64)) return 0;
     if (((uintptr_t)p->out.data) % 16) return 0;
     k->out = p->out.data;
@@ -96,8 +114,9 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
     k->sk = (int)p->Sk;
     k->hq = (int)p->Hq;
     k->batch = (int)p->B;
+    k->head_dim = (int)p->D;
     k->q_per_kv = (int)(p->Hq / p->Hk);
-    k->num_m_blocks = (int)((p->Sq + 127) / 128);
+    k->num_m_blocks = (int)((p->Sq + sm90_block_m(p) - 1) / sm90_block_m(p));
     int64_t tiles = (int64_t)k->num_m_blocks * p->Hq * p->B;
     if (tiles >= ((int64_t)1 << 31)) return 0;
     k->num_tiles = (int)tiles;
@@ -162,12 +181,13 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
 
 template <bool BF16>
 static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
-    switch (p->D) {
-    case 64: return sm90_launch<Sm90CfgD64<BF16>>(k, x);
-    case 128: return sm90_launch<Sm90CfgD128<BF16>>(k, x);
-    case 256: return sm90_launch<Sm90CfgD256<BF16>>(k, x);
-    default: return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: head dim %lld", (long long)p->D);
+    switch (sm90_pick(p)) {
+    case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(k, x);
+    case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(k, x);
+    case SM90_D128: return sm90_launch<Sm90CfgD128<BF16>>(k, x);
+    case SM90_D256: return sm90_launch<Sm90CfgD256<BF16>>(k, x);
     }
+    return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: no kernel for head dim %lld", (long long)p->D);
 }
 
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {

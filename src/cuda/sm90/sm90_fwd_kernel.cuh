@@ -42,6 +42,7 @@ struct Sm90FwdParams {
     float *lse;                         /* NULL: not wanted */
     int64_t lse_sb, lse_sh, lse_ss;
     int sq, sk, hq, batch, q_per_kv;    /* q_per_kv = Hq / Hk */
+    int head_dim;                       /* real D <= Cfg::D: TMA zero-fills and clips the rest */
     int num_m_blocks, num_tiles;
     int longest_first;                  /* tile order: heaviest query blocks first */
     int64_t diag_off;                   /* key j is on row i's diagonal when j == i + diag_off */
@@ -51,10 +52,11 @@ struct Sm90FwdParams {
 };
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
-template <int D_, int BN_, int STAGES_, bool BF16_>
+template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2>
 struct Sm90FwdConfig {
     static constexpr int D = D_;           /* head dim (= Dv) */
-    static constexpr int BM = 128;         /* query rows per tile: 2 consumers x 64 */
+    static constexpr int CONSUMERS = CONSUMERS_; /* consumer warpgroups, 64 query rows each */
+    static constexpr int BM = 64 * CONSUMERS;    /* query rows per tile */
     static constexpr int BN = BN_;         /* keys per kv block */
     static constexpr int STAGES = STAGES_; /* K/V ring depth */
     static constexpr bool BF16 = BF16_;
@@ -77,13 +79,21 @@ struct Sm90FwdConfig {
     /* + 1024 so the base can be rounded up to the swizzle atom. */
     static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024;
 
-    static constexpr int THREADS = 384;
-    static constexpr int PRODUCER_REGS = 40;
-    static constexpr int CONSUMER_REGS = 232; /* 40*128 + 232*256 <= 65536 */
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    /* Register split: setmaxnreg only moves registers inside what the CTA got
+     * at launch (65536 / THREADS per thread, rounded down to 8), so the sum
+     * must stay within it or setmaxnreg.inc waits forever. The consumers hold
+     * O, S and P; the 4-slab producer of D = 256 needs a few more than 24. */
+    static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+    static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : D == 256 ? 40 : 24;
+    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 ? 232 : 240;
+    static_assert(PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= (1 + CONSUMERS) * LAUNCH_REGS,
+                  "register split exceeds the launch allocation");
 };
 
-/* Named barrier ids (0 is __syncthreads). */
-enum { BAR_TURN0 = 1, BAR_TURN1 = 2, BAR_EPI0 = 3, BAR_EPI1 = 4 };
+/* Named barrier ids (0 is __syncthreads): one "turn" barrier per consumer
+ * warpgroup (ids 1..3), then one epilogue barrier per consumer (4..6). */
+enum { BAR_TURN0 = 1, BAR_EPI0 = 4 };
 
 /* ---- tile scheduling ------------------------------------------------------ */
 
@@ -285,13 +295,13 @@ __device__ __forceinline__ void sm90_pack_p(uint32_t *P, const float *S) {
 /* Rows of a tile with no visible key: zeros straight to global memory. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, const Sm90Tile &t, int wg, int tid) {
-    constexpr int CHUNKS = Cfg::D / 8; /* 16-byte chunks per row */
+    const int chunks = p.head_dim / 8; /* 16-byte chunks per row */
     int row0 = t.m_block * Cfg::BM + wg * 64;
-    for (int c = tid; c < 64 * CHUNKS; c += 128) {
-        int r = row0 + c / CHUNKS;
+    for (int c = tid; c < 64 * chunks; c += 128) {
+        int r = row0 + c / chunks;
         if (r >= p.sq) continue;
         uint8_t *dst = (uint8_t *)p.out + 2 * (t.batch * p.out_sb + r * p.out_ss + t.head * p.out_sh +
-                                               (int64_t)(c % CHUNKS) * 8);
+                                               (int64_t)(c % chunks) * 8);
         *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
     }
 }
@@ -309,9 +319,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     const uint32_t q_addr = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * 128;
     const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
     uint8_t *o_stage = smem + Cfg::OFF_O + wg * 64 * 128; /* this warpgroup's 64 rows of each slab */
-    const int my_turn = BAR_TURN0 + wg, other_turn = BAR_TURN0 + (1 - wg);
+    /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
+     * hand the turn to the next warpgroup. */
+    constexpr int TURN_THREADS = 256; /* the warpgroup waiting + the one handing over */
+    const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
 
-    if (wg == 1) named_bar_arrive(BAR_TURN0, 256); /* consumer 0 takes the first turn */
+    if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
 
     uint32_t it = 0, tile_iter = 0;
     for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
@@ -344,9 +357,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         int n = tile.n_hi - 1;
         uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
         mbar_wait(&k_full[stage], parity);
-        named_bar_sync(my_turn, 256);
+        named_bar_sync(my_turn, TURN_THREADS);
         sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
-        named_bar_arrive(other_turn, 256);
+        named_bar_arrive(next_turn, TURN_THREADS);
         wgmma_wait<0>();
         fence_regs<Cfg::BN / 2>(S);
         if (tid == 0) mbar_arrive(&k_empty[stage]);
@@ -365,11 +378,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             stage = it % Cfg::STAGES;
             parity = (it / Cfg::STAGES) & 1;
             mbar_wait(&k_full[stage], parity);
-            named_bar_sync(my_turn, 256);
+            named_bar_sync(my_turn, TURN_THREADS);
             sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
             mbar_wait(&v_full[prev_stage], prev_parity);
             sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
-            named_bar_arrive(other_turn, 256);
+            named_bar_arrive(next_turn, TURN_THREADS);
             wgmma_wait<1>(); /* S done; P V may still run */
             fence_regs<Cfg::BN / 2>(S);
             if (tid == 0) mbar_arrive(&k_empty[stage]);
@@ -380,8 +393,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             wgmma_wait<0>(); /* P V done: O and P are ours again */
             fence_regs<Cfg::D / 2>(O);
             if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
+            /* O to the new max; after the first blocks the max rarely moves */
+            if (__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) {
 #pragma unroll
-            for (int i = 0; i < Cfg::D / 2; ++i) O[i] *= rescale[(i / 2) % 2]; /* O to the new max */
+                for (int i = 0; i < Cfg::D / 2; ++i) O[i] *= rescale[(i / 2) % 2];
+            }
             sm90_pack_p<Cfg>(P, S);
             o_started = 1;
             prev_stage = stage;
@@ -390,9 +406,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
         /* Last P V. */
         mbar_wait(&v_full[prev_stage], prev_parity);
-        named_bar_sync(my_turn, 256);
+        named_bar_sync(my_turn, TURN_THREADS);
         sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
-        named_bar_arrive(other_turn, 256);
+        named_bar_arrive(next_turn, TURN_THREADS);
         wgmma_wait<0>();
         fence_regs<Cfg::D / 2>(O);
         if (tid == 0) {
@@ -453,12 +469,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + Cfg::OFF_BAR);
     if (threadIdx.x == 0) {
         mbar_init(&bars[0], 1); /* q_full: producer's expect_tx arrive */
-        mbar_init(&bars[1], 2); /* q_empty: one arrive per consumer warpgroup */
+        mbar_init(&bars[1], Cfg::CONSUMERS); /* q_empty: one arrive per consumer warpgroup */
         for (int s = 0; s < Cfg::STAGES; ++s) {
-            mbar_init(&bars[2 + s], 1);                   /* k_full */
-            mbar_init(&bars[2 + Cfg::STAGES + s], 2);     /* k_empty */
-            mbar_init(&bars[2 + 2 * Cfg::STAGES + s], 1); /* v_full */
-            mbar_init(&bars[2 + 3 * Cfg::STAGES + s], 2); /* v_empty */
+            mbar_init(&bars[2 + s], 1);                              /* k_full */
+            mbar_init(&bars[2 + Cfg::STAGES + s], Cfg::CONSUMERS);     /* k_empty */
+            mbar_init(&bars[2 + 2 * Cfg::STAGES + s], 1);            /* v_full */
+            mbar_init(&bars[2 + 3 * Cfg::STAGES + s], Cfg::CONSUMERS); /* v_empty */
         }
         mbar_fence_init();
     }
