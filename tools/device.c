@@ -86,31 +86,52 @@ void cli_buffer_free(cli_buffer *b) {
 }
 
 #ifdef FA_HAVE_CUDA
-static cudaEvent_t timer_begin, timer_end;
+static cudaEvent_t *marks;
+static int marks_allocated;
 #endif
 
-int cli_device_timer_start(void) {
+int cli_device_marks_begin(int n_calls) {
 #ifdef FA_HAVE_CUDA
-    if (!timer_begin && (!cuda_ok(cudaEventCreate(&timer_begin), "cudaEventCreate") ||
-                         !cuda_ok(cudaEventCreate(&timer_end), "cudaEventCreate")))
-        return 0;
-    return cuda_ok(cudaEventRecord(timer_begin, 0), "cudaEventRecord");
+    if (n_calls + 1 > marks_allocated) {
+        cudaEvent_t *grown = realloc(marks, sizeof(cudaEvent_t) * (size_t)(n_calls + 1));
+        if (!grown) {
+            snprintf(device_error, sizeof device_error, "out of host memory for CUDA events");
+            return 0;
+        }
+        marks = grown;
+        for (; marks_allocated < n_calls + 1; ++marks_allocated)
+            if (!cuda_ok(cudaEventCreate(&marks[marks_allocated]), "cudaEventCreate")) return 0;
+    }
+    return cli_device_mark(0);
 #else
+    (void)n_calls;
     snprintf(device_error, sizeof device_error, "this build of flashattn cannot time a GPU");
     return 0;
 #endif
 }
 
-double cli_device_timer_stop_ms(void) {
+int cli_device_mark(int i) {
 #ifdef FA_HAVE_CUDA
-    float ms = 0;
-    if (!cuda_ok(cudaEventRecord(timer_end, 0), "cudaEventRecord") ||
-        !cuda_ok(cudaEventSynchronize(timer_end), "cudaEventSynchronize") ||
-        !cuda_ok(cudaEventElapsedTime(&ms, timer_begin, timer_end), "cudaEventElapsedTime"))
-        return -1;
-    return ms;
+    return cuda_ok(cudaEventRecord(marks[i], 0), "cudaEventRecord");
 #else
-    return -1;
+    (void)i;
+    return 0;
+#endif
+}
+
+int cli_device_marks_end(double *ms, int n_calls) {
+#ifdef FA_HAVE_CUDA
+    if (!cuda_ok(cudaEventSynchronize(marks[n_calls]), "cudaEventSynchronize")) return 0;
+    for (int i = 0; i < n_calls; ++i) {
+        float t = 0;
+        if (!cuda_ok(cudaEventElapsedTime(&t, marks[i], marks[i + 1]), "cudaEventElapsedTime")) return 0;
+        ms[i] = t;
+    }
+    return 1;
+#else
+    (void)ms;
+    (void)n_calls;
+    return 0;
 #endif
 }
 
@@ -121,14 +142,17 @@ double cli_device_copy_gbs(void) {
     double best = 0;
     if (cuda_ok(cudaMalloc(&src, bytes), "cudaMalloc") && cuda_ok(cudaMalloc(&dst, bytes), "cudaMalloc") &&
         cuda_ok(cudaMemset(src, 1, bytes), "cudaMemset")) {
-        for (int i = 0; i < 6; ++i) { /* the first copy warms up; keep the fastest */
-            if (!cli_device_timer_start()) break;
-            if (!cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy")) break;
-            double ms = cli_device_timer_stop_ms();
-            if (ms <= 0) break;
-            double gbs = 2.0 * (double)bytes / (ms * 1e-3) * 1e-9;
-            if (i > 0 && gbs > best) best = gbs;
-        }
+        enum { COPIES = 6 };
+        double ms[COPIES];
+        int ok = cli_device_marks_begin(COPIES);
+        for (int i = 0; ok && i < COPIES; ++i)
+            ok = cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0), "cudaMemcpyAsync") &&
+                 cli_device_mark(i + 1);
+        if (ok && cli_device_marks_end(ms, COPIES))
+            for (int i = 1; i < COPIES; ++i) { /* the first copy warms up; keep the fastest */
+                double gbs = ms[i] > 0 ? 2.0 * (double)bytes / (ms[i] * 1e-3) * 1e-9 : 0;
+                if (gbs > best) best = gbs;
+            }
     }
     cudaFree(src);
     cudaFree(dst);

@@ -27,10 +27,15 @@ int cli_buffer_download(cli_buffer *b); /* data -> host */
 int cli_buffer_poison(cli_buffer *b);
 void cli_buffer_free(cli_buffer *b);
 
-/* GPU timing with CUDA events on the default stream. */
-int cli_device_timer_start(void);
-/* Milliseconds since cli_device_timer_start(), after the GPU finished; < 0 on error. */
-double cli_device_timer_stop_ms(void);
+/*
+ * GPU timing with CUDA events on the default stream: mark i is recorded after
+ * the i-th queued call, so n calls queued back to back give n + 1 marks and n
+ * intervals, measured without the host's launch overhead between them.
+ */
+int cli_device_marks_begin(int n_calls);  /* records mark 0 */
+int cli_device_mark(int i);               /* records mark i (1..n_calls) */
+/* Wait for the GPU; ms[i] = time between marks i and i + 1. */
+int cli_device_marks_end(double *ms, int n_calls);
 
 /* Device-to-device copy bandwidth in GB/s (bytes read plus bytes written),
  * the GPU's memory ceiling measured in this run; 0 on failure. */
