@@ -4,6 +4,7 @@
  * the 16 registers, and wider tiles are done one unit at a time.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "cpu_kernels.h"
 
@@ -52,6 +53,82 @@ static void gemm_f32_avx2(int rows, int nv, int64_t k, const float *a, int64_t a
         units[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate, cs ? cs + 16 * v : NULL);
 }
 
+/*
+ * 2^x for x <= ~0 or -inf: x = n + f, |f| <= 1/2, degree-6 polynomial for 2^f
+ * and 2^n built in the exponent field; anything below 2^-126 becomes 0.
+ */
+FORCE_INLINE __m256 exp2_avx2(__m256 x) {
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(1.5403530393381606e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* Lanes whose visible range [lo, hi) holds key j, as an all-ones mask. */
+FORCE_INLINE __m256 visible_avx2(int64_t j, __m256i lo, __m256i hi) {
+    __m256i jv = _mm256_set1_epi32((int)j);
+    __m256i ge = _mm256_cmpgt_epi32(_mm256_add_epi32(jv, _mm256_set1_epi32(1)), lo); /* j >= lo */
+    __m256i lt = _mm256_cmpgt_epi32(hi, jv);                                         /* j < hi */
+    return _mm256_castsi256_ps(_mm256_and_si256(ge, lt));
+}
+
+static void softmax_tile_avx2(int64_t nj, int64_t ncols, float *s, int64_t lds, float c,
+                              const int32_t *lo, const int32_t *hi,
+                              float *m, float *l, float *alpha) {
+    const __m256 cv = _mm256_set1_ps(c), ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < ncols; i += 8) {
+        __m256i lov = lo ? _mm256_loadu_si256((const __m256i *)(lo + i)) : _mm256_setzero_si256();
+        __m256i hiv = lo ? _mm256_loadu_si256((const __m256i *)(hi + i)) : _mm256_setzero_si256();
+        __m256 mx = ninf;
+        for (int64_t j = 0; j < nj; ++j) { /* pass 1: scale, mask, running max */
+            float *sp = s + j * lds + i;
+            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(sp), cv);
+            if (lo) x = _mm256_blendv_ps(ninf, x, visible_avx2(j, lov, hiv));
+            _mm256_storeu_ps(sp, x);
+            mx = _mm256_max_ps(mx, x);
+        }
+        __m256 m_old = _mm256_loadu_ps(m + i);
+        __m256 m_new = _mm256_max_ps(m_old, mx);
+        __m256 none = _mm256_cmp_ps(m_new, ninf, _CMP_EQ_OQ); /* no visible key yet */
+        __m256 m_use = _mm256_andnot_ps(none, m_new);
+        __m256 a = _mm256_blendv_ps(exp2_avx2(_mm256_sub_ps(m_old, m_use)), _mm256_set1_ps(1.0f), none);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t j = 0; j < nj; ++j) { /* pass 2: P and its column sums */
+            float *sp = s + j * lds + i;
+            __m256 pv = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp), m_use));
+            _mm256_storeu_ps(sp, pv);
+            sum = _mm256_add_ps(sum, pv);
+        }
+        _mm256_storeu_ps(l + i, _mm256_fmadd_ps(_mm256_loadu_ps(l + i), a, sum));
+        _mm256_storeu_ps(m + i, m_new);
+        _mm256_storeu_ps(alpha + i, a);
+    }
+}
+
+static void exp_tile_avx2(int64_t nj, int64_t ncols, const float *s, int64_t lds, float c,
+                          const int32_t *lo, const int32_t *hi, const float *lse2, float *p, int64_t ldp) {
+    const __m256 cv = _mm256_set1_ps(c), ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < ncols; i += 8) {
+        __m256 lv = _mm256_loadu_ps(lse2 + i);
+        __m256i lov = lo ? _mm256_loadu_si256((const __m256i *)(lo + i)) : _mm256_setzero_si256();
+        __m256i hiv = lo ? _mm256_loadu_si256((const __m256i *)(hi + i)) : _mm256_setzero_si256();
+        for (int64_t j = 0; j < nj; ++j) {
+            __m256 x = _mm256_fmsub_ps(_mm256_loadu_ps(s + j * lds + i), cv, lv);
+            if (lo) x = _mm256_blendv_ps(ninf, x, visible_avx2(j, lov, hiv));
+            _mm256_storeu_ps(p + j * ldp + i, exp2_avx2(x));
+        }
+    }
+}
+
 /* F16C: eight halves at a time. */
 static void widen_f16_avx2(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
@@ -64,8 +141,8 @@ const cpu_kernels cpu_kernels_avx2 = {
     .name = "avx2",
     .gemm_f32 = gemm_f32_avx2,
     .gemm_bf16 = 0, /* bf16 storage is widened to f32 */
-    .softmax_tile = cpu_softmax_tile_generic,
-    .exp_tile = cpu_exp_tile_generic,
+    .softmax_tile = softmax_tile_avx2,
+    .exp_tile = exp_tile_avx2,
     .rowdot = cpu_rowdot_generic,
     .widen_f16 = widen_f16_avx2,
     .widen_bf16 = cpu_widen_bf16_generic,
