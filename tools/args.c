@@ -266,11 +266,10 @@ void cli_print_usage(cli_command cmd, FILE *f) {
     }
     fprintf(f, "  %-18s %s\n\n", "--help", "this text");
     fprintf(f,
-               "Errors against the reference: float32 passes with max |err| / max |ref| < 1e-4;\n"
+               "Errors against the reference: float32 passes with max |err| <= 1e-4 * max(1, max |ref|);\n"
                "float16/bfloat16 pass when max |err| is at most 2x (outputs) or 3x (gradients)\n"
-               "the error of a naive attention computed in the same storage precision, plus the\n"
-               "rounding error of storing the largest reference value; no output may be left\n"
-               "unwritten (outputs are poisoned with NaN first). Big problems are checked on a\n"
-               "slice (batch 0, the first heads, for very long forwards the last query rows)\n"
-               "and the output says so.\n");
+               "the error of a naive attention computed in the same storage precision, plus half\n"
+               "the dtype's unit roundoff; no output may be left unwritten (outputs are poisoned\n"
+               "with NaN first). Big problems are checked on a slice (batch 0, the first heads,\n"
+               "for very long forwards a block of query rows) and the output says so.\n");
 }

@@ -40,16 +40,17 @@ expect 2 info --verbose
 expect 1 check --backend "$backend" --head-dim 300 --seqlen 8
 
 small="--backend $backend --batch 2 --heads 4"
+case $backend in cuda*) f32=f16 ;; *) f32=f32 ;; esac # GPUs hold no float32 attention
 expect 0 check $small --seqlen 113
 expect 0 check $small --seqlen 1
 expect 0 check $small --seqlen-q 17 --seqlen-k 203 --kv-heads 2 --head-dim 40
 expect 0 check $small --seqlen-q 203 --seqlen-k 17 --kv-heads 1 --head-dim 59 --head-dim-v 80
 expect 0 check $small --seqlen-q 3 --seqlen-k 79 --top-left --dtype f16
-expect 0 check $small --seqlen 64 --dtype f32 --no-causal --softcap 3 --alibi
+expect 0 check $small --seqlen 64 --dtype $f32 --no-causal --softcap 3 --alibi
 expect 0 check $small --seqlen 97 --window 16,4 --dropout 0.2
 expect 0 check $small --seqlen 65 --deterministic --scale 0.3
 expect 0 check $small --decode --cache-len 100 --new 3 --block-size 16
-expect 0 check $small --decode --cache-len 33 --block-size 1 --splits 3 --dtype f32
+expect 0 check $small --decode --cache-len 33 --block-size 1 --splits 3 --dtype $f32
 expect 0 bench $small --seqlen 64 --repeat 2 --warmup 1
 expect 0 bench $small --seqlen 64 --repeat 2 --no-check --fwd-only
 
