@@ -62,8 +62,9 @@ static const flag_spec flags[] = {
     {"--repeat", FLAG_INT, FIELD(repeat), 1, CLI_BENCH, "N", "timed runs, the median is reported (default 10)"},
     {"--warmup", FLAG_INT, FIELD(warmup), 0, CLI_BENCH, "N", "untimed runs first (default 2)"},
     {"--fwd-only", FLAG_SWITCH, FIELD(fwd_only), 1, BOTH, "", "skip the backward"},
+    {"--check", FLAG_SWITCH, FIELD(check), 1, CLI_BENCH, "", NULL},
     {"--no-check", FLAG_SWITCH, FIELD(check), 0, CLI_BENCH, "", "skip the comparison with the float64 reference"},
-    {"--grid", FLAG_SWITCH, FIELD(grid), 1, CLI_BENCH, "", "the standard grid: hidden 2048, head dim 64/128/256, (batch, seqlen) (32,512)..(1,16k), causal and not"},
+    {"--grid", FLAG_SWITCH, FIELD(grid), 1, CLI_BENCH, "", "the standard GPU grid: hidden 2048, head dim 64/128/256, (batch, seqlen) (32,512)..(1,16k), causal and not"},
     {"--json", FLAG_SWITCH, FIELD(json), 1, BOTH, "", "one JSON object per case per line instead of a table"},
 };
 

@@ -135,7 +135,7 @@ void cli_print_result_json(FILE *f, const cli_config *c, const cli_result *r, co
     fprintf(f, ",\"alibi\":%s,\"dropout\":", c->alibi ? "true" : "false");
     json_number(f, c->dropout_p);
     fprintf(f, ",\"scale\":");
-    json_number(f, c->scale);
+    json_number(f, c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->head_dim)); /* the default resolved */
     fprintf(f, ",\"seed\":%llu,\"deterministic\":%s", (unsigned long long)c->seed, c->deterministic ? "true" : "false");
     if (c->kvcache)
         fprintf(f, ",\"cache_len\":%lld,\"new_keys\":%lld,\"block_size\":%lld,\"splits\":%d", (long long)c->cache_len,
