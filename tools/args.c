@@ -205,9 +205,14 @@ cli_parse_result cli_parse_args(cli_command cmd, int argc, char **argv, cli_conf
                 break;
             }
         }
-        if (!f || !(f->commands & (int)cmd)) {
+        if (!f) {
             fprintf(stderr, "flashattn %s: unknown flag '%.*s' (see flashattn %s --help)\n", command_name(cmd),
                     (int)name_len, arg, command_name(cmd));
+            return CLI_BAD_FLAG;
+        }
+        if (!(f->commands & (int)cmd)) {
+            fprintf(stderr, "flashattn %s: %s is a flag of flashattn %s only\n", command_name(cmd), f->name,
+                    command_name(cmd == CLI_BENCH ? CLI_CHECK : CLI_BENCH));
             return CLI_BAD_FLAG;
         }
         if (f->kind == FLAG_SWITCH) {
