@@ -33,16 +33,17 @@ def _seed(rng):
     torch.manual_seed(int(rng.integers(2**31)))
 
 
-def sdpa(q, k, v, causal=False, window=(-1, -1), softcap=0.0, keep=None, dropout_p=0.0):
+def sdpa(q, k, v, causal=False, window=(-1, -1), softcap=0.0, keep=None, dropout_p=0.0,
+         naive=False):
     """PyTorch's SDPA on (B, S, H, D) tensors with the bottom-right masks,
-    GQA by repeating kv heads; softcap or a fixed dropout mask go through the
-    math path written out."""
+    GQA by repeating kv heads. naive (the error baseline), softcap or a fixed
+    dropout mask take the math written out, every step in the inputs' dtype."""
     B, sq, H, D = q.shape
     g = H // k.shape[2]
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k.repeat_interleave(g, 2),
                                               v.repeat_interleave(g, 2)))
     mask = torch.from_numpy(R.visible(sq, k.shape[1], causal, window)).to(q.device)
-    if softcap == 0.0 and keep is None:
+    if softcap == 0.0 and keep is None and not naive:
         return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
     s = qt @ kt.transpose(-1, -2) / D**0.5
     if softcap:
@@ -94,7 +95,7 @@ def test_autograd_matches_sdpa(device, dtype, opts, hk):
                          [leaf(q, torch.float64), leaf(k, torch.float64), leaf(v, torch.float64)],
                          dout.double())
     naive, naive_grads = (None, [None] * 3) if dtype == torch.float32 else run(
-        lambda q, k, v: sdpa(q, k, v, **kw), [leaf(q), leaf(k), leaf(v)], dout)
+        lambda q, k, v: sdpa(q, k, v, naive=True, **kw), [leaf(q), leaf(k), leaf(v)], dout)
     assert out.dtype == dtype and out.device == q.device
     check(out, ref, naive, dtype, 2.0)
     for g, r, n in zip(grads, ref_grads, naive_grads):
@@ -144,7 +145,8 @@ def test_qkvpacked_grads(device):
     q, k, v = qkv.detach().unbind(2)
     _, grads = run(lambda q, k, v: fa.flash_attn_func(q, k, v, causal=True),
                    [leaf(q), leaf(k), leaf(v)], torch.ones_like(out))
-    assert torch.equal(qkv.grad, torch.stack(grads, dim=2))
+    # the same kernels on the same strided views; GPU backward may sum in any order
+    torch.testing.assert_close(qkv.grad, torch.stack(grads, dim=2), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -166,7 +168,8 @@ def test_varlen_autograd(device):
                              [leaf(x[None, s], torch.float64) for x in (q, k, v)],
                              dout[None, s].double())
         naive, naive_grads = (None, [None] * 3) if dtype == torch.float32 else run(
-            lambda q, k, v: sdpa(q, k, v, causal=True), [leaf(x[None, s]) for x in (q, k, v)],
+            lambda q, k, v: sdpa(q, k, v, causal=True, naive=True),
+            [leaf(x[None, s]) for x in (q, k, v)],
             dout[None, s])
         check(out[None, s], ref, naive, dtype, 2.0)
         for g, r, n in zip(grads, ref_grads, naive_grads):
@@ -201,7 +204,8 @@ def test_kvcache_appends_in_place(device, paged):
             assert torch.equal(kc[b, n], k_new[b, 0]) and torch.equal(vc[b, n], v_new[b, 0])
             keys, vals = kc[b, :n + 1], vc[b, :n + 1]
         ref = sdpa(q[b:b + 1].double(), keys[None].double(), vals[None].double())
-        naive = None if dtype == torch.float32 else sdpa(q[b:b + 1], keys[None], vals[None])
+        naive = None if dtype == torch.float32 else sdpa(q[b:b + 1], keys[None], vals[None],
+                                                         naive=True)
         check(out[b:b + 1], ref, naive, dtype, 3.0)
     assert lse.shape == (B, 8, 1) and lse.dtype == torch.float32
 
