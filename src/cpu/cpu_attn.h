@@ -14,7 +14,7 @@
 
 /* Queries per block (the SIMD-lane dimension) and keys per tile. */
 #define CPU_BM 64
-#define CPU_BN 64
+#define CPU_BN 96
 /* Query blocks per work item: they share each key tile while it is in cache. */
 #define CPU_QGROUP 8
 
