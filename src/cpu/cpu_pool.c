@@ -61,8 +61,22 @@ static void *worker_main(void *start) {
     return NULL;
 }
 
+/* A child of fork() has none of the parent's workers: start from an empty pool. */
+static void reset_in_child(void) {
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pthread_mutex_init(&job_lock, NULL);
+    pool.n_workers = 0;
+}
+
 /* Start workers until there are `want` of them (or as many as the system gives). */
 static void grow_pool(int want) {
+    static int registered;
+    if (!registered) {
+        pthread_atfork(NULL, NULL, reset_in_child);
+        registered = 1;
+    }
     while (pool.n_workers < want) {
         pthread_t th;
         pthread_attr_t attr;
