@@ -6,7 +6,9 @@
  *   - a math core on plain double arrays for one (batch, query head) problem
  *     with explicit options (ref_core.c), reachable from tests;
  *   - the backend entry points (ref_backend.c, ref_kvcache.c, ref_merge.c)
- *     that gather storage dtypes into doubles, call the core, and scatter.
+ *     that gather storage dtypes into doubles, call the core, and scatter,
+ *     with independent (sequence, head) items spread over threads
+ *     (ref_threads.c).
  *
  * Internal header: not part of the public API.
  */
