@@ -25,6 +25,12 @@
 #include "tile.cuh"
 
 #define LOG2E_F 1.4426950408889634f
+#ifndef FA_BWD_DQ_ATOMICS
+#define FA_BWD_DQ_ATOMICS 1
+#endif
+#ifndef FA_BWD_STAGGER
+#define FA_BWD_STAGGER 1
+#endif
 
 typedef struct bwd_ws {
     float *lse2;      /* (Hq, B*Sq): lse * log2(e); +inf for rows with no key */
@@ -41,6 +47,8 @@ typedef struct bwd_args {
     uint32_t drop_threshold;
     float drop_scale;
     float inv_softcap;
+    float scale_log2;   /* scale * log2(e) */
+    int plain;          /* no softcap, no ALiBi, no dropout */
 } bwd_args;
 
 /* ------------------------------------------------------------------------- */
@@ -106,6 +114,31 @@ __device__ __forceinline__ void sem_release(int *sem, int value) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(sem), "r"(value));
 }
 
+/* Work item w of a CTA: query head and row tile. Each key tile starts at a
+ * different row tile so that concurrent CTAs add into different parts of
+ * dq_accum instead of queueing on the same addresses. */
+__device__ __forceinline__ void bwd_item(int w, int count, int hk, int group, int m_lo, int n_block, int &h, int &m) {
+    h = hk * group + w / count;
+    m = m_lo + (w % count + FA_BWD_STAGGER * n_block) % count;
+}
+
+/* Start the copies of one item's rows: Q, dO, lse and Delta (rows past the
+ * sequence read as zero; the mask drops them). */
+template <typename T, int HD, int BM, int NT>
+__device__ __forceinline__ void bwd_load_rows(T *sQ, T *sdO, float *sLse, float *sDelta, const fa_problem &p,
+                                              const bwd_args &a, int b, int h, int m0, int sq, bool aligned) {
+    tile_load<T, HD, BM, NT>(sQ, p, p.q, false, b, m0, h, sq - m0, (int)p.D, aligned);
+    tile_load<T, HD, BM, NT>(sdO, p, p.dout, false, b, m0, h, sq - m0, (int)p.Dv, aligned);
+    for (int r = threadIdx.x; r < BM; r += NT) {
+        const int i = m0 + r;
+        const bool ok = i < sq;
+        const int64_t slot = ok ? (int64_t)h * p.B * p.Sq + (int64_t)b * p.Sq + i : 0;
+        cp_async_4(smem_addr(sLse + r), a.ws.lse2 + slot, ok ? 4 : 0);
+        cp_async_4(smem_addr(sDelta + r), a.ws.delta + slot, ok ? 4 : 0);
+    }
+    cp_async_commit();
+}
+
 template <typename T, int HD, int NW, int BN, int BM>
 __global__ void __launch_bounds__(NW * 32, 1)
 sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bwd_args a) {
@@ -121,11 +154,11 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *sK = (T *)smem_raw;
     T *sV = sK + BN * HD;
-    T *sQ = sV + BN * HD;
-    T *sdO = sQ + BM * HD;
-    T *sdS = sdO + BM * HD;                 /* (BN keys, BM queries), swizzled rows of BM */
-    float *sLse = (float *)(sdS + BN * BM);
-    float *sDelta = sLse + BM;
+    T *sQ = sV + BN * HD;                   /* two stages */
+    T *sdO = sQ + 2 * BM * HD;              /* two stages */
+    T *sdS = sdO + 2 * BM * HD;             /* (BN keys, BM queries), swizzled rows of BM */
+    float *sLse = (float *)(sdS + BN * BM); /* two stages */
+    float *sDelta = sLse + 2 * BM;          /* two stages */
 
     const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
     const int sq = (int)fa_seqlen_q(&p, b), sk = (int)fa_seqlen_k(&p, b);
@@ -138,7 +171,6 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
     const bool aligned = a.aligned_in;
     const int diag = (int)fa_diag_offset(&p, sq, sk);
     const int kD = ((int)p.D + 15) / 16, kDv = ((int)p.Dv + 15) / 16;
-    const int64_t R = p.B * p.Sq;
 
     /* Query rows that see any key of this tile: [i_begin, i_end). */
     const int n1 = min(n0 + BN, sk);
@@ -159,23 +191,43 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.0f;
 
+    /* ldmatrix geometry of this lane (see fwd.cu): xa for A operands and
+     * transposed loads, xb for B operands. mq * 2 chunks of sdS are whole
+     * 32-byte pairs, and ds * SL / qs * QC columns are multiples of 64, so
+     * those parts of an address add without touching the swizzled bits. */
+    const uint32_t r7 = lane & 7;
+    const uint32_t xa = ((lane >> 4) ^ r7) << 4, xb = (((lane >> 3) & 1) ^ r7) << 4;
+    constexpr uint32_t ROWB = HD * sizeof(T), DSB = BM * sizeof(T);
+    const uint32_t a_lane = (lane & 15) * ROWB;                          /* rows of A / trans tiles */
+    const uint32_t b_lane = ((lane & 7) + ((lane >> 4) << 3)) * ROWB;    /* rows of B tiles */
+    const uint32_t k_addr = smem_addr(sK), v_addr = smem_addr(sV);
+    const uint32_t ds_addr = smem_addr(sdS) + ((lane & 7) + ((lane >> 4) << 3)) * DSB;
+
+    /* Work items: (query head of the group, row tile), the rows double-buffered. */
     const int group = (int)(p.Hq / p.Hk);
-    for (int h = hk * group; h < (hk + 1) * group; ++h) {
-        const float slope = fa_alibi_slope(&p, b, h);
-        for (int m = m_lo; m < m_hi; ++m) {
+    const int count = m_hi - m_lo, total = group * count;
+    if (total > 0) {
+        int h0, mm;
+        bwd_item(0, count, hk, group, m_lo, n_block, h0, mm);
+        bwd_load_rows<T, HD, BM, NT>(sQ, sdO, sLse, sDelta, p, a, b, h0, mm * BM, sq, aligned);
+    }
+    {
+        for (int w = 0; w < total; ++w) {
+            const int stage = w & 1;
+            int h, m;
+            bwd_item(w, count, hk, group, m_lo, n_block, h, m);
             const int m0 = m * BM;
-            __syncthreads(); /* the previous tile's readers of sQ, sdO, sdS are done */
-            tile_load<T, HD, BM, NT>(sQ, p, p.q, false, b, m0, h, sq - m0, (int)p.D, aligned);
-            tile_load<T, HD, BM, NT>(sdO, p, p.dout, false, b, m0, h, sq - m0, (int)p.Dv, aligned);
-            cp_async_commit();
-            for (int r = threadIdx.x; r < BM; r += NT) {
-                const int i = m0 + r;
-                const int64_t slot = (int64_t)h * R + (int64_t)b * p.Sq + i;
-                sLse[r] = i < sq ? a.ws.lse2[slot] : INFINITY;
-                sDelta[r] = i < sq ? a.ws.delta[slot] : 0.0f;
+            const uint32_t q_addr = smem_addr(sQ + stage * BM * HD), do_addr = smem_addr(sdO + stage * BM * HD);
+            const float *cLse = sLse + stage * BM, *cDelta = sDelta + stage * BM;
+            cp_async_wait<0>(); /* this item's rows (and K, V) have landed */
+            __syncthreads();    /* ... for every thread; item w-1 is done with the other stage and sdS */
+            if (w + 1 < total) { /* prefetch the next item's rows during this one's math */
+                int h1, m1;
+                bwd_item(w + 1, count, hk, group, m_lo, n_block, h1, m1);
+                bwd_load_rows<T, HD, BM, NT>(sQ + (stage ^ 1) * BM * HD, sdO + (stage ^ 1) * BM * HD, sLse + (stage ^ 1) * BM,
+                                             sDelta + (stage ^ 1) * BM, p, a, b, h1, m1 * BM, sq, aligned);
             }
-            cp_async_wait<0>();
-            __syncthreads();
+            const float slope = fa_alibi_slope(&p, b, h);
 
             /* S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys. */
             float st[NQ][4], dpt[NQ][4];
@@ -187,11 +239,11 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
             for (int kk = 0; kk < HD / 16; ++kk) {
                 if (kk >= kD) break;
                 uint32_t ka[4];
-                ldmatrix_x4(ka, smem_addr(sK + tile_chunk<HD>(kg * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+                ldmatrix_x4(ka, k_addr + kg * 16 * ROWB + a_lane + swz(kk, xa));
 #pragma unroll
                 for (int nq = 0; nq < BM / 16; ++nq) {
                     uint32_t qb[4];
-                    ldmatrix_x4(qb, smem_addr(sQ + tile_chunk<HD>(nq * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1))));
+                    ldmatrix_x4(qb, q_addr + nq * 16 * ROWB + b_lane + swz(kk, xb));
                     mma_16816<T>(st[2 * nq], ka, qb[0], qb[1]);
                     mma_16816<T>(st[2 * nq + 1], ka, qb[2], qb[3]);
                 }
@@ -200,11 +252,11 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
             for (int kk = 0; kk < HD / 16; ++kk) {
                 if (kk >= kDv) break;
                 uint32_t va[4];
-                ldmatrix_x4(va, smem_addr(sV + tile_chunk<HD>(kg * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+                ldmatrix_x4(va, v_addr + kg * 16 * ROWB + a_lane + swz(kk, xa));
 #pragma unroll
                 for (int nq = 0; nq < BM / 16; ++nq) {
                     uint32_t ob[4];
-                    ldmatrix_x4(ob, smem_addr(sdO + tile_chunk<HD>(nq * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1))));
+                    ldmatrix_x4(ob, do_addr + nq * 16 * ROWB + b_lane + swz(kk, xb));
                     mma_16816<T>(dpt[2 * nq], va, ob[0], ob[1]);
                     mma_16816<T>(dpt[2 * nq + 1], va, ob[2], ob[3]);
                 }
@@ -214,6 +266,17 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
             const bool full = m0 + BM <= sq && n0 + BN <= sk &&
                               (p.window_left >= FA_UNBOUNDED || (int64_t)n0 >= (int64_t)m0 + BM - 1 + diag - p.window_left) &&
                               (p.window_right >= FA_UNBOUNDED || (int64_t)n0 + BN - 1 <= (int64_t)m0 + diag + p.window_right);
+            if (full && a.plain) { /* the common case: no mask, no score modifier, no dropout */
+#pragma unroll
+                for (int j = 0; j < NQ; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int qc = j * 8 + 2 * t + (e & 1);
+                        const float pr = fast_exp2(st[j][e] * a.scale_log2 - cLse[qc]);
+                        dpt[j][e] = pr * (dpt[j][e] - cDelta[qc]);
+                        st[j][e] = pr;
+                    }
+            } else {
 #pragma unroll
             for (int j = 0; j < NQ; ++j)
 #pragma unroll
@@ -228,7 +291,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                         dcap = 1.0f - tc * tc; /* d(c tanh(x/c))/dx */
                     }
                     if (p.alibi) u -= slope * fabsf((float)(row + diag - key));
-                    float pr = fast_exp2(u * LOG2E_F - sLse[qc]);
+                    float pr = fast_exp2(u * LOG2E_F - cLse[qc]);
                     if (!full && !visible(p, row, key, sq, sk, diag)) pr = 0.0f;
                     float z = 1.0f; /* dropout factor keep / (1 - p) */
                     if (p.dropout_p > 0.0f) {
@@ -236,9 +299,10 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                         fa_dropout_words(p.dropout_seed, p.dropout_offset, b, h, row, key >> 2, r);
                         z = r[key & 3] >= a.drop_threshold ? a.drop_scale : 0.0f;
                     }
-                    dpt[j][e] = pr * (dpt[j][e] * z - sDelta[qc]) * dcap;
+                    dpt[j][e] = pr * (dpt[j][e] * z - cDelta[qc]) * dcap;
                     st[j][e] = pr * z;
                 }
+            }
 
             /* dV += P^T dO and dK += dS^T Q over this warp's column slice. */
 #pragma unroll
@@ -254,16 +318,15 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                 sa[3] = pack2<T>(dpt[2 * c + 1][2], dpt[2 * c + 1][3]);
 #pragma unroll
                 for (int dn = 0; dn < SL / 16; ++dn) {
-                    const int chunk = ds * (SL / 8) + dn * 2 + (lane >> 4);
                     if (ds * SL + dn * 16 < p.Dv) {
                         uint32_t ob[4];
-                        ldmatrix_x4_trans(ob, smem_addr(sdO + tile_chunk<HD>(c * 16 + (lane & 15), chunk)));
+                        ldmatrix_x4_trans(ob, do_addr + c * 16 * ROWB + a_lane + ds * SL * (int)sizeof(T) + swz(dn, xa));
                         mma_16816<T>(dv[2 * dn], pa, ob[0], ob[1]);
                         mma_16816<T>(dv[2 * dn + 1], pa, ob[2], ob[3]);
                     }
                     if (ds * SL + dn * 16 < p.D) {
                         uint32_t qb[4];
-                        ldmatrix_x4_trans(qb, smem_addr(sQ + tile_chunk<HD>(c * 16 + (lane & 15), chunk)));
+                        ldmatrix_x4_trans(qb, q_addr + c * 16 * ROWB + a_lane + ds * SL * (int)sizeof(T) + swz(dn, xa));
                         mma_16816<T>(dk[2 * dn], sa, qb[0], qb[1]);
                         mma_16816<T>(dk[2 * dn + 1], sa, qb[2], qb[3]);
                     }
@@ -288,12 +351,12 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
 #pragma unroll
             for (int kc = 0; kc < BN / 16; ++kc) {
                 uint32_t da[4];
-                ldmatrix_x4_trans(da, smem_addr(sdS + tile_chunk<BM>(kc * 16 + ((lane >> 4) << 3) + (lane & 7), mq * 2 + ((lane >> 3) & 1))));
+                ldmatrix_x4_trans(da, ds_addr + kc * 16 * DSB + swz(mq, xb));
 #pragma unroll
                 for (int dn = 0; dn < QC / 16; ++dn) {
                     if (qs * QC + dn * 16 >= p.D) break;
                     uint32_t kb[4];
-                    ldmatrix_x4_trans(kb, smem_addr(sK + tile_chunk<HD>(kc * 16 + (lane & 15), qs * (QC / 8) + dn * 2 + (lane >> 4))));
+                    ldmatrix_x4_trans(kb, k_addr + kc * 16 * ROWB + a_lane + qs * QC * (int)sizeof(T) + swz(dn, xa));
                     mma_16816<T>(dq[2 * dn], da, kb[0], kb[1]);
                     mma_16816<T>(dq[2 * dn + 1], da, kb[2], kb[3]);
                 }
@@ -313,7 +376,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                 for (int e = 0; e < 4; ++e) {
                     const int row = m0 + mq * 16 + g + (e >> 1) * 8;
                     const int col = qs * QC + d * 8 + 2 * t + (e & 1);
-                    if (row < sq && col < p.D)
+                    if (FA_BWD_DQ_ATOMICS && row < sq && col < p.D)
                         atomicAdd(a.ws.dq_accum + (((int64_t)b * p.Sq + row) * p.Hq + h) * p.D + col, dq[d][e] * p.scale);
                 }
             if (p.deterministic) {
@@ -360,7 +423,7 @@ static int aligned16(const fa_view *v) {
 template <typename T, int HD, int NW, int BN>
 static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     cudaStream_t stream = (cudaStream_t)x->stream;
-    const size_t smem = (size_t)(2 * BN * HD + 2 * BWD_BM * HD + BN * BWD_BM) * sizeof(T) + 2 * BWD_BM * sizeof(float);
+    const size_t smem = (size_t)(2 * BN * HD + 4 * BWD_BM * HD + BN * BWD_BM) * sizeof(T) + 4 * BWD_BM * sizeof(float);
     cudaError_t e = cudaFuncSetAttribute(sm80_bwd_kernel<T, HD, NW, BN, BWD_BM>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
@@ -370,11 +433,13 @@ static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
         e = cudaMemsetAsync(a->ws.sem, 0, (size_t)(p->B * p->Hq * a->m_blocks) * sizeof(int), stream);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
 
-    sm80_bwd_preprocess<T><<<dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(*p, *a);
+    if (p->Sq > 0)
+        sm80_bwd_preprocess<T><<<dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(*p, *a);
     const int64_t n_blocks = (p->Sk + BN - 1) / BN;
     if (n_blocks > 0)
         sm80_bwd_kernel<T, HD, NW, BN, BWD_BM><<<dim3((unsigned)n_blocks, (unsigned)p->Hk, (unsigned)p->B), NW * 32, smem, stream>>>(*p, *a);
-    sm80_bwd_convert<T><<<dim3((unsigned)p->Sq, (unsigned)p->Hq, (unsigned)p->B), 128, 0, stream>>>(*p, *a);
+    if (p->Sq > 0) /* with Sq == 0 the main kernel still writes dk = dv = 0 */
+        sm80_bwd_convert<T><<<dim3((unsigned)p->Sq, (unsigned)p->Hq, (unsigned)p->B), 128, 0, stream>>>(*p, *a);
     e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
     return FA_OK;
@@ -389,7 +454,7 @@ static fa_status dispatch(const fa_problem *p, const fa_exec *x, const bwd_args 
 }
 
 extern "C" fa_status sm80_bwd(const fa_problem *p, const fa_exec *x) {
-    if (p->B == 0 || p->Hq == 0 || p->Sq == 0) return FA_OK; /* nothing to write on the query side */
+    if (p->B == 0 || p->Hq == 0) return FA_OK; /* no gradient has an element */
     if (p->Sq > 0x7fffffff || p->Hq > 65535 || p->B > 65535)
         return fa_set_error(FA_ERR_UNSUPPORTED, "sm80 backward: grid too large");
     bwd_args a;
@@ -409,6 +474,8 @@ extern "C" fa_status sm80_bwd(const fa_problem *p, const fa_exec *x) {
     a.drop_threshold = fa_dropout_threshold(p->dropout_p);
     a.drop_scale = p->dropout_p > 0.0f ? 1.0f / (1.0f - p->dropout_p) : 1.0f;
     a.inv_softcap = p->softcap > 0.0f ? 1.0f / p->softcap : 0.0f;
+    a.scale_log2 = p->scale * LOG2E_F;
+    a.plain = !(p->softcap > 0.0f) && p->alibi == NULL && !(p->dropout_p > 0.0f);
     if (p->dtype == FA_BF16) return dispatch<__nv_bfloat16>(p, x, &a);
     return dispatch<__half>(p, x, &a);
 }

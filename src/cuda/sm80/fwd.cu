@@ -103,9 +103,20 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
         l_run[mt][0] = l_run[mt][1] = 0.0f;
     }
 
+    /* ldmatrix geometry of this lane (every 8x8 block starts on a row that is a
+     * multiple of 8, so each lane's row is congruent to lane mod 8). */
+    const uint32_t r7 = lane & 7;
+    const uint32_t xa = ((lane >> 4) ^ r7) << 4;         /* A operands and V (transposed) */
+    const uint32_t xb = (((lane >> 3) & 1) ^ r7) << 4;   /* K as the B operand */
+    constexpr uint32_t ROWB = HD * sizeof(T);             /* bytes per tile row */
+    const uint32_t q_addr = smem_addr(sQ) + (warp * MT * 16 + (lane & 15)) * ROWB;
+    const uint32_t k_lane = ((lane & 7) + ((lane >> 4) << 3)) * ROWB;
+    const uint32_t v_lane = (lane & 15) * ROWB;
+
     for (int n = n_lo; n < n_hi; ++n) {
         const int stage = (n - n_lo) & 1;
-        const T *cK = sK + stage * BN * HD, *cV = sV + stage * BN * HD;
+        const uint32_t k_addr = smem_addr(sK) + stage * BN * ROWB + k_lane;
+        const uint32_t v_addr = smem_addr(sV) + stage * BN * ROWB + v_lane;
         cp_async_wait<1>(); /* K(n) has landed; V(n) may still be in flight */
         __syncthreads();    /* ... for every thread, and the other stage is free again */
         if (n + 1 < n_hi) {
@@ -131,11 +142,11 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
             uint32_t qa[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
-                ldmatrix_x4(qa[mt], smem_addr(sQ + tile_chunk<HD>(warp * MT * 16 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4))));
+                ldmatrix_x4(qa[mt], q_addr + mt * 16 * ROWB + swz(kk, xa));
 #pragma unroll
             for (int nn = 0; nn < BN / 16; ++nn) {
                 uint32_t kb[4];
-                ldmatrix_x4(kb, smem_addr(cK + tile_chunk<HD>(nn * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1))));
+                ldmatrix_x4(kb, k_addr + nn * 16 * ROWB + swz(kk, xb));
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     mma_16816<T>(s[mt][2 * nn], qa[mt], kb[0], kb[1]);
@@ -144,30 +155,43 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
             }
         }
 
-        /* Scores in log2 units; masked entries -inf. */
+        /* Scores in log2 units; masked entries -inf. Each variant is its own
+         * loop so that the common case is a single multiply per element. */
         const int j0 = n * BN;
         const bool need_mask = !(j0 >= lo_last && j0 + BN <= hi_first);
+        if (!a.mods) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int j = 0; j < NS; ++j)
+                for (int j = 0; j < NS; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int hf = e >> 1;
-                    const int col = j0 + j * 8 + 2 * t + (e & 1);
-                    float v;
-                    if (!a.mods) {
-                        v = s[mt][j][e] * a.scale_log2;
-                    } else {
+                    for (int e = 0; e < 4; ++e) s[mt][j][e] *= a.scale_log2;
+        } else {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
                         float u = s[mt][j][e] * p.scale;
                         if (p.softcap > 0.0f) u = p.softcap * tanhf(u * a.inv_softcap);
-                        const int row = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
+                        const int row = m0 + warp * MT * 16 + mt * 16 + (e >> 1) * 8 + g;
+                        const int col = j0 + j * 8 + 2 * t + (e & 1);
                         u -= slope * fabsf((float)(row + diag - col));
-                        v = u * LOG2E_F;
+                        s[mt][j][e] = u * LOG2E_F;
                     }
-                    if (need_mask && (col < row_lo[mt][hf] || col >= row_hi[mt][hf])) v = -INFINITY;
-                    s[mt][j][e] = v;
-                }
+        }
+        if (need_mask) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = j0 + j * 8 + 2 * t + (e & 1);
+                        if (col < row_lo[mt][e >> 1] || col >= row_hi[mt][e >> 1]) s[mt][j][e] = -INFINITY;
+                    }
+        }
 
         /* Online softmax: new row max, rescale what was accumulated, exponentiate. */
 #pragma unroll
@@ -233,7 +257,7 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
             for (int dn = 0; dn < HD / 16; ++dn) {
                 if (dn >= kDv) break;
                 uint32_t vb[4];
-                ldmatrix_x4_trans(vb, smem_addr(cV + tile_chunk<HD>(c * 16 + (lane & 15), dn * 2 + (lane >> 4))));
+                ldmatrix_x4_trans(vb, v_addr + c * 16 * ROWB + swz(dn, xa));
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     mma_16816<T>(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
@@ -317,7 +341,7 @@ template <typename T>
 static fa_status dispatch(const fa_problem *p, const fa_exec *x, const fwd_args *a) {
     const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
     if (hd <= 64) return launch<T, 64, 4, 2, 64>(p, x, a);
-    if (hd <= 128) return launch<T, 128, 8, 1, 64>(p, x, a);
+    if (hd <= 128) return launch<T, 128, 4, 2, 32>(p, x, a);
     return launch<T, 256, 8, 1, 32>(p, x, a);
 }
 

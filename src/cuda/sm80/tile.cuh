@@ -16,36 +16,64 @@ __device__ __forceinline__ int tile_chunk(int r, int c) {
     return r * HD + ((c ^ (r & 7)) << 3);
 }
 
+/* Byte offset of the 16-byte chunk pair (2 * kk + bit, kk compile-time) in a
+ * swizzled row, for a lane whose row is congruent to r7 mod 8: because 2 * kk
+ * and bit share no bits, (2kk + bit) ^ r7 == 2kk ^ (bit ^ r7), so the lane's
+ * part x = (bit ^ r7) << 4 is computed once and each access is one XOR. */
+__device__ __forceinline__ uint32_t swz(int kk, uint32_t x) { return (uint32_t)(kk * 32) ^ x; }
+
+/* Element-by-element fallback of tile_load for rows that do not start on 16
+ * bytes (odd head dims or strides); kept out of line so the fast path stays small. */
+template <typename T, int HD, int ROWS, int NT>
+__device__ __noinline__ void tile_load_sync(T *tile, const fa_problem &p, const fa_view &v, bool key_side, int64_t b,
+                                            int64_t r0, int64_t h, int64_t nvalid, int ncols) {
+    constexpr int CH = HD / 8;
+    const T *base = (const T *)v.data;
+    for (int idx = threadIdx.x; idx < ROWS * CH; idx += NT) {
+        const int r = idx / CH, c = idx % CH;
+        const bool row_ok = r < nvalid;
+        const T *src = base;
+        if (row_ok) src = base + (key_side ? fa_k_offset(&p, &v, b, r0 + r, h) : fa_q_offset(&p, &v, b, r0 + r, h)) + c * 8;
+        union { uint4 u; unsigned short e[8]; } chunk;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) chunk.e[e] = (row_ok && c * 8 + e < ncols) ? ((const unsigned short *)src)[e] : 0;
+        *(uint4 *)(tile + tile_chunk<HD>(r, c)) = chunk.u;
+    }
+}
+
 /*
  * Load rows [r0, r0 + ROWS) of one head of a q-side (q, out, dout) or key-side
  * (k, v) view into a swizzled tile. Rows at or past nvalid and columns at or
  * past ncols become zero, so padded rows and head-dim padding contribute
  * nothing (and never a NaN) to the products. aligned: every row starts on 16
- * bytes and ncols % 8 == 0, so cp.async can move whole chunks; otherwise the
- * elements are loaded one by one (synchronously).
+ * bytes and ncols % 8 == 0, so cp.async moves whole chunks (each thread keeps
+ * one chunk column and walks rows by a fixed stride); otherwise the elements
+ * are loaded one by one (synchronously).
  */
 template <typename T, int HD, int ROWS, int NT>
 __device__ __forceinline__ void tile_load(T *tile, const fa_problem &p, const fa_view &v, bool key_side,
                                           int64_t b, int64_t r0, int64_t h, int64_t nvalid, int ncols,
                                           bool aligned) {
-    constexpr int CH = HD / 8; /* chunks per row */
+    constexpr int CH = HD / 8, STEP = NT / CH, PASSES = ROWS / STEP;
+    static_assert(NT % CH == 0 && ROWS % STEP == 0 && STEP % 8 == 0, "tile shape");
+    if (!aligned) {
+        tile_load_sync<T, HD, ROWS, NT>(tile, p, v, key_side, b, r0, h, nvalid, ncols);
+        return;
+    }
+    const int c = threadIdx.x % CH, rr = threadIdx.x / CH;
     const T *base = (const T *)v.data;
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < ROWS * CH; idx += NT) {
-        const int r = idx / CH, c = idx % CH;
-        T *dst = tile + tile_chunk<HD>(r, c);
-        const bool row_ok = r < nvalid;
-        const T *src = base;
-        if (row_ok) src = base + (key_side ? fa_k_offset(&p, &v, b, r0 + r, h) : fa_q_offset(&p, &v, b, r0 + r, h)) + c * 8;
-        if (aligned) {
-            const bool ok = row_ok && c * 8 < ncols;
-            cp_async_16(smem_addr(dst), ok ? src : base, ok ? 16 : 0);
-        } else {
-            union { uint4 u; T e[8]; } chunk;
+    const bool paged = key_side && p.block_table != NULL; /* rows are not evenly spaced */
+    int64_t off = 0;
+    if (!paged) off = (key_side ? fa_k_offset(&p, &v, b, r0 + rr, h) : fa_q_offset(&p, &v, b, r0 + rr, h)) + c * 8;
+    const uint32_t dst = smem_addr(tile + tile_chunk<HD>(rr, c));
 #pragma unroll
-            for (int e = 0; e < 8; ++e) chunk.e[e] = (row_ok && c * 8 + e < ncols) ? src[e] : from_f32<T>(0.0f);
-            *(uint4 *)dst = chunk.u;
-        }
+    for (int k = 0; k < PASSES; ++k) {
+        const int r = rr + k * STEP;
+        const bool ok = r < nvalid && c * 8 < ncols;
+        int64_t o = off + (int64_t)k * STEP * v.ss;
+        if (paged && ok) o = fa_k_offset(&p, &v, b, r0 + r, h) + c * 8;
+        /* STEP is a multiple of 8 rows, so the swizzle of row r equals row rr's */
+        cp_async_16(dst + k * STEP * HD * (int)sizeof(T), ok ? base + o : base, ok ? 16 : 0);
     }
 }
 

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""flashattn (CUDA backend) against PyTorch SDPA's FLASH_ATTENTION and
+CUDNN_ATTENTION backends, in one process, on the standard grid:
+hidden 2048, head dim 64/128/256, (batch, seqlen) = (32,512) (16,1k) (8,2k)
+(4,4k) (2,8k) (1,16k), causal and not, bf16, forward and backward.
+
+Every cell times each contender with CUDA events on torch's current stream,
+interleaved (ours, FA2, cuDNN, ours, ...), and reports the median after a
+warm-up. FLOPs: forward 4*B*H*S*S*D (halved for causal), backward 2.5x.
+
+    python3 bench/gpu_vs_torch.py [--quick] [--lib build/libflashattn.so]
+                                  [--backend cuda|cuda_sm80] [--out DIR]
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+FA_BF16, FA_F32 = 2, 0
+FA_DEVICE_CUDA = 1
+BACKENDS = {"cuda": 3, "cuda_sm80": 4}
+
+
+class FaTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("device", ctypes.c_int),
+                ("device_index", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("shape", ctypes.c_int64 * 4), ("stride", ctypes.c_int64 * 4)]
+
+
+class FaOptions(ctypes.Structure):
+    _fields_ = [("scale", ctypes.c_float), ("causal", ctypes.c_int), ("use_window", ctypes.c_int),
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64), ("align", ctypes.c_int),
+                ("softcap", ctypes.c_float), ("alibi_slopes", FaTensor), ("dropout_p", ctypes.c_float),
+                ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64),
+                ("deterministic", ctypes.c_int), ("q_descale", FaTensor), ("k_descale", FaTensor),
+                ("v_descale", FaTensor)]
+
+
+def fa_view(t):
+    """An fa_tensor describing a CUDA torch tensor (no copy)."""
+    x = FaTensor()
+    x.data = t.data_ptr()
+    x.dtype = FA_BF16 if t.dtype == torch.bfloat16 else FA_F32
+    x.device = FA_DEVICE_CUDA
+    x.device_index = t.device.index or 0
+    x.ndim = t.dim()
+    for i in range(t.dim()):
+        x.shape[i] = t.shape[i]
+        x.stride[i] = t.stride(i)
+    return x
+
+
+class Library:
+    def __init__(self, path, backend):
+        self.lib = ctypes.CDLL(path)
+        L = self.lib
+        L.fa_last_error.restype = ctypes.c_char_p
+        L.fa_context_create.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        L.fa_context_set_backend.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        L.fa_context_set_cuda_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        P = ctypes.POINTER
+        L.fa_fwd.argtypes = [ctypes.c_void_p, P(FaTensor), P(FaTensor), P(FaTensor), P(FaOptions),
+                             P(FaTensor), P(FaTensor)]
+        L.fa_bwd.argtypes = [ctypes.c_void_p, P(FaTensor), P(FaTensor), P(FaTensor), P(FaTensor),
+                             P(FaTensor), P(FaTensor), P(FaOptions), P(FaTensor), P(FaTensor), P(FaTensor)]
+        self.ctx = ctypes.c_void_p()
+        self.check(L.fa_context_create(ctypes.byref(self.ctx)))
+        self.check(L.fa_context_set_backend(self.ctx, BACKENDS[backend]))
+
+    def check(self, status):
+        if status != 0:
+            raise RuntimeError("flashattn: status %d: %s" % (status, self.lib.fa_last_error().decode()))
+
+    def use_current_stream(self):
+        self.check(self.lib.fa_context_set_cuda_stream(self.ctx, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)))
+
+    def fwd(self, q, k, v, causal, out, lse):
+        o = FaOptions()
+        o.causal = 1 if causal else 0
+        a = [fa_view(t) for t in (q, k, v, out, lse)]
+        self.check(self.lib.fa_fwd(self.ctx, a[0], a[1], a[2], o, a[3], a[4]))
+
+    def bwd(self, dout, q, k, v, out, lse, causal, dq, dk, dv):
+        o = FaOptions()
+        o.causal = 1 if causal else 0
+        a = [fa_view(t) for t in (dout, q, k, v, out, lse, dq, dk, dv)]
+        self.check(self.lib.fa_bwd(self.ctx, a[0], a[1], a[2], a[3], a[4], a[5], o, a[6], a[7], a[8]))
+
+
+def time_ms(fn):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def flops_fwd(B, H, S, D, causal):
+    f = 4.0 * B * H * S * S * D
+    return f / 2 if causal else f
+
+
+def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd):
+    H = 2048 // D
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(B * 131 + S * 7 + D)
+    mk = lambda: torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16, generator=gen)
+    q, k, v, dout = mk(), mk(), mk(), mk()
+    out = torch.empty_like(q)
+    lse = torch.empty(B, H, S, device=dev, dtype=torch.float32)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # torch wants (B, H, S, D); a transposed view keeps the same memory.
+    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_(do_bwd) for x in (q, k, v))
+    doutt = dout.transpose(1, 2)
+
+    contenders = {"ours": None, "fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    res = {}
+    fwd_fns, bwd_fns = {}, {}
+    lib.use_current_stream()
+    fwd_fns["ours"] = lambda: lib.fwd(q, k, v, causal, out, lse)
+    if do_bwd:
+        bwd_fns["ours"] = lambda: lib.bwd(dout, q, k, v, out, lse, causal, dq, dk, dv)
+    graphs = {}
+    for name, backend in contenders.items():
+        if backend is None:
+            continue
+        try:
+            with sdpa_kernel([backend]):
+                o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            graphs[name] = o
+        except Exception as e:  # a backend that cannot run this cell
+            res[name] = {"error": str(e).splitlines()[0][:120]}
+            continue
+
+        def f(backend=backend):
+            with sdpa_kernel([backend]):
+                F.scaled_dot_product_attention(qt.detach(), kt.detach(), vt.detach(), is_causal=causal)
+        fwd_fns[name] = f
+        if do_bwd:
+            def g(o=o):
+                torch.autograd.grad(o, (qt, kt, vt), doutt, retain_graph=True)
+            bwd_fns[name] = g
+
+    for kind, fns in (("fwd", fwd_fns), ("bwd", bwd_fns)):
+        for fn in fns.values():
+            for _ in range(warmup):
+                fn()
+        torch.cuda.synchronize()
+        times = {n: [] for n in fns}
+        for _ in range(reps):
+            for n, fn in fns.items():  # interleaved in the same run
+                times[n].append(time_ms(fn))
+        fl = flops_fwd(B, H, S, D, causal) * (2.5 if kind == "bwd" else 1.0)
+        for n, t in times.items():
+            ms = statistics.median(t)
+            res.setdefault(n, {})[kind + "_ms"] = ms
+            res[n][kind + "_tflops"] = fl / ms / 1e9
+
+    # Correctness spot check of our forward against cuDNN/FA2 output on this cell.
+    lib.fwd(q, k, v, causal, out, lse)
+    ref = graphs.get("fa2", graphs.get("cudnn"))
+    if ref is not None:
+        err = (out.float() - ref.detach().transpose(1, 2).float()).abs().max().item()
+        res["ours"]["max_abs_diff_vs_torch"] = err
+    del graphs
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
+    ap.add_argument("--backend", default="cuda", choices=sorted(BACKENDS))
+    ap.add_argument("--quick", action="store_true", help="head dim 128 only, three sizes")
+    ap.add_argument("--no-bwd", action="store_true")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+
+    lib = Library(args.lib, args.backend)
+    sizes = [(32, 512), (16, 1024), (8, 2048), (4, 4096), (2, 8192), (1, 16384)]
+    dims = [64, 128, 256]
+    if args.quick:
+        sizes = [(16, 1024), (4, 4096), (1, 16384)]
+        dims = [128]
+    rows = []
+    print("%-4s %-9s %-6s | %-22s | %-22s | %-22s | %s" % ("D", "B x S", "causal", "ours fwd/bwd TF", "FA2 fwd/bwd TF",
+                                                         "cuDNN fwd/bwd TF", "ours/FA2 fwd, bwd"))
+    for D in dims:
+        for causal in (False, True):
+            for B, S in sizes:
+                r = bench_cell(lib, B, S, D, causal, args.warmup, args.reps, not args.no_bwd)
+                row = {"D": D, "B": B, "S": S, "causal": causal, "results": r}
+                rows.append(row)
+
+                def tf(n, kind):
+                    return r.get(n, {}).get(kind + "_tflops", float("nan"))
+                ratio_f = tf("ours", "fwd") / tf("fa2", "fwd")
+                ratio_b = tf("ours", "bwd") / tf("fa2", "bwd")
+                print("%-4d %-9s %-6s | %8.1f / %8.1f     | %8.1f / %8.1f     | %8.1f / %8.1f     | %.2f, %.2f" % (
+                    D, "%dx%d" % (B, S), "yes" if causal else "no", tf("ours", "fwd"), tf("ours", "bwd"),
+                    tf("fa2", "fwd"), tf("fa2", "bwd"), tf("cudnn", "fwd"), tf("cudnn", "bwd"), ratio_f, ratio_b),
+                    flush=True)
+                torch.cuda.empty_cache()
+
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": args.backend,
+            "cudnn": torch.backends.cudnn.version(), "warmup": args.warmup, "reps": args.reps}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "gpu_vs_torch.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        combos = [(D, c) for D in dims for c in (False, True)]
+        fig, axes = plt.subplots(2, len(combos), figsize=(4 * len(combos), 7), squeeze=False)
+        for col, (D, c) in enumerate(combos):
+            sel = [r for r in rows if r["D"] == D and r["causal"] == c]
+            x = [r["S"] for r in sel]
+            for ri, kind in enumerate(("fwd", "bwd")):
+                ax = axes[ri][col]
+                for n, label in (("ours", "flashattn"), ("fa2", "torch FA2"), ("cudnn", "torch cuDNN")):
+                    ax.plot(x, [r["results"].get(n, {}).get(kind + "_tflops", math.nan) for r in sel], "o-", label=label)
+                ax.set_xscale("log", base=2)
+                ax.set_title("%s D=%d%s" % (kind, D, " causal" if c else ""))
+                ax.set_xlabel("seqlen")
+                ax.set_ylabel("TFLOP/s")
+                ax.grid(alpha=0.3)
+        axes[0][0].legend()
+        fig.suptitle("flashattn vs PyTorch SDPA, bf16, hidden 2048, %s" % meta["device"])
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "gpu_vs_torch.png"), dpi=90)
+    except ImportError:
+        print("matplotlib not available: no plot", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
