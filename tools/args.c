@@ -237,7 +237,7 @@ cli_parse_result cli_parse_args(cli_command cmd, int argc, char **argv, cli_conf
         return CLI_BAD_FLAG;
     }
     if (c->kvcache) c->fwd_only = 1; /* the KV-cache call has no backward */
-    if (cmd == CLI_CHECK) c->check = 1;
+    if (cmd == CLI_CHECK) c->check = c->thorough_check = 1;
     cli_config_resolve(c);
     if (c->heads % c->kv_heads != 0) {
         fprintf(stderr, "flashattn %s: --heads (%lld) must be a multiple of --kv-heads (%lld)\n", command_name(cmd),

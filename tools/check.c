@@ -10,7 +10,8 @@
 #include "parallel.h"
 
 /* Work the check may give each CPU core before a slice is taken: FLOPs of the
- * float64 reference plus the naive baseline, about two seconds of one core. */
+ * float64 reference plus the naive baseline, about two seconds of one core
+ * (four times that for `flashattn check`). */
 #ifndef REF_FLOPS_PER_CORE
 #define REF_FLOPS_PER_CORE 8e9
 #endif
@@ -74,11 +75,30 @@ static float *alloc_floats(int64_t n) { return malloc(sizeof(float) * (size_t)(n
 
 /* ---- choosing the slice ------------------------------------------------- */
 
+/* Fraction of (query, key) pairs the mask keeps: both the reference and the
+ * naive baseline skip the others. */
+static double visible_fraction(const cli_workload *w) {
+    const cli_config *c = &w->cfg;
+    const int64_t Sq = c->seqlen_q, Sk = w->Sk;
+    int64_t left, right;
+    cli_config_window(c, &left, &right);
+    if (Sq == 0 || Sk == 0) return 0;
+    double kept = 0;
+    for (int64_t i = 0; i < Sq; ++i) {
+        int64_t diag = i + (c->top_left ? 0 : Sk - Sq);
+        int64_t lo = left < 0 ? 0 : diag - left, hi = right < 0 ? Sk - 1 : diag + right;
+        if (lo < 0) lo = 0;
+        if (hi > Sk - 1) hi = Sk - 1;
+        if (hi >= lo) kept += (double)(hi - lo + 1);
+    }
+    return kept / ((double)Sq * (double)Sk);
+}
+
 /* FLOPs of the reference plus the naive baseline for nh heads of nb batches over ns rows. */
 static double slice_cost(const cli_workload *w, int64_t nb, int64_t nh, int64_t ns, int backward) {
     const cli_config *c = &w->cfg;
     double f = 2.0 * (double)nb * (double)nh * (double)ns * (double)w->Sk * (double)(c->head_dim + c->head_dim_v);
-    return 2.0 * f * (backward ? 3.5 : 1.0);
+    return 2.0 * f * (backward ? 3.5 : 1.0) * visible_fraction(w);
 }
 
 /* Work per core of checking a slice: the forward runs one unit per (batch,
@@ -104,7 +124,8 @@ static void choose_slice(cli_reference *r, const cli_workload *w, int with_backw
     const cli_config *c = &w->cfg;
     const int64_t B = c->batch, Sq = c->seqlen_q, Hq = c->heads, Hk = c->kv_heads, group = Hq / Hk;
     const int64_t T = r->threads;
-    const double budget = REF_FLOPS_PER_CORE;
+    /* `flashattn check` is asked for correctness alone: it may take longer. */
+    const double budget = REF_FLOPS_PER_CORE * (c->thorough_check ? 4 : 1);
     int64_t nb = B, nh = Hq, nk = Hk, row0 = 0, rows = Sq;
     r->bwd_skipped = !with_backward;
 

@@ -45,6 +45,7 @@ typedef struct cli_config {
     int repeat, warmup;
     int fwd_only;
     int check;                         /* compare with the float64 reference */
+    int thorough_check;                /* flashattn check: a larger time budget before slicing */
     int json;
     int grid;                          /* bench: the standard GPU grid instead of one case */
 } cli_config;
