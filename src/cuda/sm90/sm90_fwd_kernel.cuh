@@ -1,19 +1,19 @@
 /*
  * Hopper forward attention kernel: TMA loads, wgmma, warp specialisation.
  *
- * One CTA = 3 warpgroups (384 threads), persistent over output tiles of
- * 128 query rows of one (batch, head):
- *   warpgroup 0   producer: one thread issues TMA loads of Q, K, V into
- *                 128B-swizzled shared memory through an mbarrier ring;
- *   warpgroups 1,2 consumers: each owns 64 of the 128 query rows.
+ * One CTA = 1 + C warpgroups (C = 2 or 3 consumers), persistent over output
+ * tiles of 64*C query rows of one (batch, head):
+ *   warpgroup 0    producer: one thread issues TMA loads of Q, K, V into
+ *                  128B-swizzled shared memory through an mbarrier ring;
+ *   warpgroups 1..C consumers: each owns 64 of the tile's query rows.
  *
  * Per kv block (walked from the last block down, so the masked diagonal
  * block comes first) a consumer issues S = Q K^T (SS wgmma) and, in the same
  * turn, O += P V for the previous block (RS wgmma, P straight from registers),
  * then does the online softmax of S while P V is still running on the tensor
- * cores. The two consumers take turns issuing (two named barriers), so one
- * warpgroup's softmax hides under the other's GEMMs. The epilogue stages O in
- * swizzled shared memory and writes it with a TMA store.
+ * cores. The consumers take turns issuing (one named barrier each, passed
+ * round), so one warpgroup's softmax hides under the others' GEMMs. The
+ * epilogue stages O in swizzled shared memory and writes it with a TMA store.
  *
  * wgmma m64nN accumulator layout (f32), thread t of the warpgroup, warp
  * w = t/32, g = (t%32)/4, q = t%4: register i holds
