@@ -93,7 +93,7 @@ static void forward_with_mask(fa_dtype dt, int64_t Bn, int64_t Sq, int64_t Sk, i
     ft_rng r = ft_rng_for(name);
     ft_tensor q = ft_alloc4(dt, Bn, Sq, Hq, D, FT_CONTIG), k = ft_alloc4(dt, Bn, Sk, Hk, D, FT_CONTIG);
     ft_tensor v = ft_alloc4(dt, Bn, Sk, Hk, D, FT_CONTIG), out = ft_alloc4(dt, Bn, Sq, Hq, D, FT_PADDED);
-    ft_tensor lse = ft_alloc(FA_F32, 3, (int64_t[]){Bn, Hq, Sq}, FT_CONTIG);
+    ft_tensor lse = ft_alloc(FA_F32, 3, (int64_t[]){Bn, Hq, Sq}, FT_GUARDED);
     ft_fill_normal(&q, &r, 1.0);
     ft_fill_normal(&k, &r, 1.0);
     ft_fill_normal(&v, &r, 1.0);
@@ -131,9 +131,9 @@ static void forward_with_mask(fa_dtype dt, int64_t Bn, int64_t Sq, int64_t Sk, i
         ft_err e = ft_compare(got, exact_f, no), eb = ft_compare(naive, exact_f, no);
         ft_err el = ft_compare(got_lse, exact_lse_f, nl), ebl = ft_compare(naive_lse, exact_lse_f, nl);
         double tol = ft_tolerance(dt, eb.max_err, e.max_ref, 0), tol_l = ft_tolerance(FA_F32, ebl.max_err, el.max_ref, 0);
-        int ok = e.max_err <= tol && el.max_err <= tol_l && ft_padding_intact(&out);
+        int ok = e.max_err <= tol && el.max_err <= tol_l && ft_padding_intact(&out) && ft_padding_intact(&lse);
         ft_check(ok, name, "out err %.2g (tol %.2g), lse err %.2g (tol %.2g)%s", e.max_err, tol, el.max_err, tol_l,
-                 ft_padding_intact(&out) ? "" : ", padding overwritten");
+                 ft_padding_intact(&out) && ft_padding_intact(&lse) ? "" : ", padding overwritten");
         free(qf), free(kf), free(vf), free(got), free(got_lse), free(exact), free(exact_lse);
         free(exact_f), free(exact_lse_f), free(naive), free(naive_lse);
     }

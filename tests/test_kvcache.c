@@ -66,11 +66,11 @@ static void run_case(const kcase *c) {
         }
         for (int64_t i = 0; i < NB * max_blocks; ++i) table[i] = perm[i];
         free(perm);
-        kc = ft_alloc4(c->dt, num_blocks, c->block_size, c->Hk, c->D, FT_CONTIG);
+        kc = ft_alloc4(c->dt, num_blocks, c->block_size, c->Hk, c->D, FT_GUARDED);
         vc = ft_alloc4(c->dt, num_blocks, c->block_size, c->Hk, c->Dv, FT_PADDED);
     } else {
         kc = ft_alloc4(c->dt, NB, c->capacity, c->Hk, c->D, FT_PADDED);
-        vc = ft_alloc4(c->dt, NB, c->capacity, c->Hk, c->Dv, FT_CONTIG);
+        vc = ft_alloc4(c->dt, NB, c->capacity, c->Hk, c->Dv, FT_GUARDED);
     }
     ft_fill_normal(&kc, &r, 1.0);
     ft_fill_normal(&vc, &r, 1.0);
@@ -153,7 +153,7 @@ static void run_case(const kcase *c) {
     } else {
         /* The backend under test. */
         ft_tensor out = ft_alloc4(c->dt, NB, c->Sq, c->Hq, c->Dv, FT_PADDED);
-        ft_tensor lse = ft_alloc(FA_F32, 3, (int64_t[]){NB, c->Hq, c->Sq}, FT_CONTIG);
+        ft_tensor lse = ft_alloc(FA_F32, 3, (int64_t[]){NB, c->Hq, c->Sq}, FT_GUARDED);
         fa_options opts = c->opts;
         if (c->alibi) opts.alibi_slopes = ft_arg(&slopes);
         fa_tensor tq = ft_arg(&q), tkc = ft_arg(&kc), tvc = ft_arg(&vc), tsl = ft_arg(&seqlens), to = ft_arg(&out),

@@ -60,7 +60,7 @@ static void split_and_merge(fa_dtype dt, int64_t B, int64_t Sq, int64_t Sk, int6
     } else if (st != FA_OK) {
         ft_fail(name, "part forward: %s %s", fa_status_name(st), fa_last_error());
     } else {
-        ft_tensor out = ft_alloc4(dt, B, Sq, Hq, D, FT_PADDED), lse = ft_alloc(FA_F32, 3, (int64_t[]){B, Hq, Sq}, FT_CONTIG);
+        ft_tensor out = ft_alloc4(dt, B, Sq, Hq, D, FT_PADDED), lse = ft_alloc(FA_F32, 3, (int64_t[]){B, Hq, Sq}, FT_GUARDED);
         fa_tensor to = ft_arg(&out), tl = ft_arg(&lse);
         st = fa_merge(ft_ctx, nparts, touts, tlses, &to, &tl);
         ft_download(&out);
@@ -81,9 +81,10 @@ static void split_and_merge(fa_dtype dt, int64_t B, int64_t Sq, int64_t Sk, int6
         ft_err el = ft_compare(got_lse, (float *)lref.host, nl), ebl = ft_compare(naive_lse, (float *)lref.host, nl);
         /* The parts are rounded to their dtype before merging: one more rounding than a single call. */
         double tol = ft_tolerance(dt, eb.max_err, eo.max_ref, 1), tol_l = ft_tolerance(FA_F32, ebl.max_err, el.max_ref, 0);
-        int ok = st == FA_OK && rs == FA_OK && eo.max_err <= tol && el.max_err <= tol_l && ft_padding_intact(&out);
+        int ok = st == FA_OK && rs == FA_OK && eo.max_err <= tol && el.max_err <= tol_l && ft_padding_intact(&out) &&
+                 ft_padding_intact(&lse);
         ft_check(ok, name, "merge %s, out err %.2g (tol %.2g), lse err %.2g (tol %.2g)%s", fa_status_name(st), eo.max_err,
-                 tol, el.max_err, tol_l, ft_padding_intact(&out) ? "" : ", padding overwritten");
+                 tol, el.max_err, tol_l, ft_padding_intact(&out) && ft_padding_intact(&lse) ? "" : ", padding overwritten");
         free(naive), free(naive_lse), free(got), free(got_lse);
         ft_free(&qf), ft_free(&kff), ft_free(&vff), ft_free(&oref), ft_free(&lref), ft_free(&out), ft_free(&lse);
     }
@@ -166,7 +167,7 @@ static void formula(fa_dtype part_dt, fa_dtype out_dt, int n, int in_place) {
         tlse = tl[0];
     } else {
         out = ft_alloc4(out_dt, B, S, H, Dv, FT_PADDED);
-        lse = ft_alloc(FA_F32, 3, (int64_t[]){B, H, S}, FT_CONTIG);
+        lse = ft_alloc(FA_F32, 3, (int64_t[]){B, H, S}, FT_GUARDED);
         tout = ft_arg(&out);
         tlse = ft_arg(&lse);
     }
@@ -182,7 +183,7 @@ static void formula(fa_dtype part_dt, fa_dtype out_dt, int n, int in_place) {
         double tol = ft_tolerance(out_dt, eb.max_err, e.max_ref, 0), tol_l = 1e-5 * fmax(1.0, el.max_ref);
         int64_t z = ft_exact_zero_violations(g, zero, no);
         int ok = st == FA_OK && e.max_err <= tol && el.max_err <= tol_l && !z && !e.nan && !el.nan &&
-                 (in_place || ft_padding_intact(&out));
+                 (in_place || (ft_padding_intact(&out) && ft_padding_intact(&lse)));
         ft_check(ok, name, "%s, out err %.2g (tol %.2g), lse err %.2g (tol %.2g), %lld nonzero where all parts are -inf",
                  fa_status_name(st), e.max_err, tol, el.max_err, tol_l, (long long)z);
         free(g);

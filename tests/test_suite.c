@@ -75,8 +75,11 @@ static void fill_inputs(const scase *c, ft_rng *r, ft_tensor *q, ft_tensor *k, f
     ft_fill_normal(v, r, 1.0);
 }
 
-static ft_layout slot(ft_layout l, int s) { return l == FT_QKV0 ? (ft_layout)(FT_QKV0 + s) : l; }
-static ft_layout out_layout(ft_layout l) { return l == FT_PADDED ? FT_PADDED : FT_CONTIG; }
+/* Layouts of what the backend sees: guards around dense tensors too. */
+static ft_layout slot(ft_layout l, int s) {
+    return l == FT_QKV0 ? (ft_layout)(FT_QKV0 + s) : l == FT_CONTIG ? FT_GUARDED : l;
+}
+static ft_layout out_layout(ft_layout l) { return l == FT_PADDED || l == FT_PADDED_ODD ? l : FT_GUARDED; }
 
 static fa_status call_fwd(fa_context *ctx, ft_tensor *q, ft_tensor *k, ft_tensor *v, const fa_options *o,
                           ft_tensor *out, ft_tensor *lse, int on_device) {
@@ -319,6 +322,9 @@ static void heads_and_layouts(fa_dtype dt) {
     run_case(&c);
     c.label = "strided padded causal";
     c.opts.causal = 1;
+    run_case(&c);
+    c = make("strided odd padding", dt, 2, 70, 90, 2, 1, 40, 40);
+    c.layout = FT_PADDED_ODD;
     run_case(&c);
     c = make("qkv packed causal", dt, 2, 97, 97, 3, 3, 64, 64);
     c.layout = FT_QKV0;

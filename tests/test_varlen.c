@@ -83,7 +83,7 @@ static void run_case(const vcase *c) {
     ft_tensor cuq = cu_tensor(c->lq, c->nseq, &TQ, &maxq), cuk = cu_tensor(c->lk, c->nseq, &TK, &maxk);
     if (!c->exact_max) maxq = maxk = 0;
     ft_tensor q = ft_alloc(c->dt, 3, (int64_t[]){TQ, c->Hq, c->D}, FT_PADDED);
-    ft_tensor k = ft_alloc(c->dt, 3, (int64_t[]){TK, c->Hk, c->D}, FT_CONTIG);
+    ft_tensor k = ft_alloc(c->dt, 3, (int64_t[]){TK, c->Hk, c->D}, FT_PADDED_ODD);
     ft_tensor v = ft_alloc(c->dt, 3, (int64_t[]){TK, c->Hk, c->Dv}, FT_PADDED);
     ft_tensor dout = ft_alloc(c->dt, 3, (int64_t[]){TQ, c->Hq, c->Dv}, FT_CONTIG);
     ft_fill_normal(&q, &r, 1.0);
@@ -151,7 +151,7 @@ static void run_case(const vcase *c) {
         char bname[240];
         snprintf(bname, sizeof bname, "%s [bwd]", name);
         ft_tensor g[3] = {ft_alloc(c->dt, 3, q.shape, FT_PADDED), ft_alloc(c->dt, 3, k.shape, FT_PADDED),
-                          ft_alloc(c->dt, 3, v.shape, FT_CONTIG)};
+                          ft_alloc(c->dt, 3, v.shape, FT_GUARDED)};
         fa_tensor tg[3] = {ft_arg(&g[0]), ft_arg(&g[1]), ft_arg(&g[2])};
         st = fa_varlen_bwd(ft_ctx, &td, &tq, &tk, &tv, &to, &tl, &tcq, &tck, maxq, maxk, &opts, &tg[0], &tg[1], &tg[2]);
         for (int i = 0; i < 3; ++i) ft_download(&g[i]);

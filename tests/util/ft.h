@@ -61,14 +61,20 @@ int ft_backend_dtypes(fa_dtype out[3]);
 /* Test tensors                                                              */
 /* ------------------------------------------------------------------------- */
 
-/* How a (B, S, H, D) tensor is laid out in its buffer. */
+/* How a (B, S, H, D) tensor is laid out in its buffer. Every layout but
+ * FT_CONTIG has FT_GUARD poisoned elements before and after the tensor, so a
+ * write past either end shows up as changed padding (not heap corruption). */
 typedef enum ft_layout {
-    FT_CONTIG = 0,   /* dense row-major */
-    FT_PADDED = 1,   /* every stride padded: heads, rows and batches have gaps */
-    FT_QKV0 = 2,     /* slot 0/1/2 of a packed (B, S, 3, H, D) buffer (flash-attn qkvpacked) */
+    FT_CONTIG = 0,     /* dense row-major, no guards (host-side helpers, the reference) */
+    FT_PADDED = 1,     /* every stride padded by 16 bytes: rows, heads, batches have gaps */
+    FT_QKV0 = 2,       /* slot 0/1/2 of a packed (B, S, 3, H, D) buffer (flash-attn qkvpacked) */
     FT_QKV1 = 3,
-    FT_QKV2 = 4
+    FT_QKV2 = 4,
+    FT_GUARDED = 5,    /* dense row-major between guards */
+    FT_PADDED_ODD = 6  /* strides padded by 3 and 5 elements, first element misaligned */
 } ft_layout;
+
+#define FT_GUARD 16
 
 /* A tensor owned by the tests: the whole buffer (padding included) lives on
  * the host in `host`; when the backend under test runs on a GPU, `dev` is a

@@ -32,28 +32,30 @@ ft_tensor ft_alloc(fa_dtype t, int ndim, const int64_t *shape, ft_layout layout)
         x.shape[d] = shape[d];
         numel *= shape[d];
     }
-    if (layout == FT_CONTIG || ndim < 2 || (layout >= FT_QKV0 && ndim != 4)) {
+    int is_qkv = layout >= FT_QKV0 && layout <= FT_QKV2;
+    int padded = layout == FT_PADDED || layout == FT_PADDED_ODD;
+    if (layout == FT_CONTIG || (is_qkv && ndim != 4) || (padded && ndim < 2) || layout == FT_GUARDED) {
         int64_t s = 1;
         for (int d = ndim - 1; d >= 0; --d) {
             x.stride[d] = s;
             s *= shape[d] > 0 ? shape[d] : 1;
         }
-        x.offset = 0;
-        x.nbuf = (size_t)numel;
-        if (layout == FT_PADDED) { /* 1-D: a gap before and after */
-            x.offset = 2;
-            x.nbuf = (size_t)numel + 5;
-        }
-    } else if (layout == FT_PADDED) {
-        /* Gaps after every row of every dimension, of different sizes so a
-         * kernel that mixes up two strides reads the wrong thing. */
+        x.offset = layout == FT_CONTIG ? 0 : FT_GUARD;
+        x.nbuf = (size_t)(numel + 2 * x.offset);
+    } else if (padded) {
+        /* Gaps after every row of every dimension. FT_PADDED keeps 16-byte
+         * alignment wherever the dense layout has it; FT_PADDED_ODD uses gaps
+         * of different odd sizes, so a kernel that mixes up two strides or
+         * assumes alignment reads the wrong thing. */
+        int64_t unit = 16 / (int64_t)fa_dtype_size(t);
+        int odd = layout == FT_PADDED_ODD;
         x.stride[ndim - 1] = 1;
-        x.stride[ndim - 2] = shape[ndim - 1] + 3;
-        for (int d = ndim - 3; d >= 0; --d) x.stride[d] = shape[d + 1] * x.stride[d + 1] + 5 + 2 * d;
-        x.offset = 2;
+        x.stride[ndim - 2] = shape[ndim - 1] + (odd ? 3 : unit);
+        for (int d = ndim - 3; d >= 0; --d) x.stride[d] = shape[d + 1] * x.stride[d + 1] + (odd ? 5 + 2 * d : unit * (d + 2));
+        x.offset = FT_GUARD + odd;
         int64_t last = 0;
         for (int d = 0; d < ndim; ++d) last += (shape[d] > 0 ? shape[d] - 1 : 0) * x.stride[d];
-        x.nbuf = (size_t)(x.offset + (numel ? last + 1 : 0) + 3);
+        x.nbuf = (size_t)(x.offset + (numel ? last + 1 : 0) + FT_GUARD);
     } else {
         /* Slot s of a packed (B, S, 3, H, D) buffer. */
         int64_t H = shape[2], D = shape[3];
@@ -61,8 +63,8 @@ ft_tensor ft_alloc(fa_dtype t, int ndim, const int64_t *shape, ft_layout layout)
         x.stride[2] = D;
         x.stride[1] = 3 * H * D;
         x.stride[0] = shape[1] * 3 * H * D;
-        x.offset = (int64_t)(layout - FT_QKV0) * H * D;
-        x.nbuf = (size_t)(shape[0] * shape[1] * 3 * H * D);
+        x.offset = FT_GUARD + (int64_t)(layout - FT_QKV0) * H * D;
+        x.nbuf = (size_t)(shape[0] * shape[1] * 3 * H * D + 2 * FT_GUARD);
     }
     size_t bytes = x.nbuf * fa_dtype_size(t);
     x.host = xmalloc(bytes);
