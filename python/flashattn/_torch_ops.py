@@ -141,6 +141,7 @@ def _fwd_setup(ctx, inputs, output):
     q, k, v, *opts = inputs
     alibi_slopes, deterministic, rng_state = opts[6], opts[7], opts[8]
     out, lse = output
+    ctx.mark_non_differentiable(lse)  # as in flash-attn: no gradient through lse
     ctx.opts = tuple(opts[:6])
     ctx.deterministic = deterministic
     ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, rng_state)
@@ -149,6 +150,7 @@ def _fwd_setup(ctx, inputs, output):
 def _varlen_fwd_setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k, max_q, max_k, *opts = inputs
     out, lse = output
+    ctx.mark_non_differentiable(lse)
     ctx.opts = tuple(opts[:6])
     ctx.deterministic = opts[7]
     ctx.max_seqlens = (max_q, max_k)
@@ -204,7 +206,6 @@ else:
         def forward(ctx, *inputs):
             output = _fwd_impl(*inputs)
             _fwd_setup(ctx, inputs, output)
-            ctx.mark_non_differentiable(output[1])
             return output
 
         @staticmethod
@@ -216,7 +217,6 @@ else:
         def forward(ctx, *inputs):
             output = _varlen_fwd_impl(*inputs)
             _varlen_fwd_setup(ctx, inputs, output)
-            ctx.mark_non_differentiable(output[1])
             return output
 
         @staticmethod
