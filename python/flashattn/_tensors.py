@@ -106,39 +106,42 @@ def as_readable(x, name):
     return x
 
 
+_I64x4 = ctypes.c_int64 * 4
+
+
 def describe(x, name):
     """An FaTensor viewing x (which must already be readable in place);
     None gives the absent tensor (data NULL)."""
-    t = FaTensor()
     if x is None:
-        return t
-    _check_ndim(x, name)
-    t.dtype = dtype_code(x, name)
-    t.ndim = x.ndim
+        return FaTensor()
+    ndim = x.ndim
+    if not 1 <= ndim <= 4:
+        _check_ndim(x, name)
+    shape = tuple(x.shape)
+    device, index = Device.CPU, 0
     if is_torch(x):
-        strides = x.stride()
+        strides = list(x.stride())
         ptr = x.data_ptr()
-        if x.device.type == "cuda":
-            t.device = Device.CUDA
-            t.device_index = x.device.index if x.device.index is not None else 0
-        elif x.device.type != "cpu":
+        kind = x.device.type
+        if kind == "cuda":
+            device, index = Device.CUDA, x.device.index or 0
+        elif kind != "cpu":
             raise FlashAttnError(Status.ERR_DEVICE, f"{name}: device {x.device} is not supported "
                                  "(cpu or cuda)")
     else:
-        strides = [s // x.itemsize for s in x.strides]
+        item = x.itemsize
+        strides = [s // item for s in x.strides]
         ptr = x.ctypes.data
-    if _numel(x) == 0:  # nothing is read: describe it as contiguous
-        strides, step = [0] * x.ndim, 1
-        for d in reversed(range(x.ndim)):
-            strides[d], step = step, step * max(x.shape[d], 1)
-    for d in range(x.ndim):
-        t.shape[d] = x.shape[d]
-        # a dimension of size 1 is never stepped over: any stride reads the same
-        t.stride[d] = strides[d] if x.shape[d] != 1 else (1 if d == x.ndim - 1 else strides[d])
-    t.data = ptr if ptr else _EMPTY_ADDR
-    if ptr == 0 and _numel(x) != 0:
+    if 0 in shape:  # nothing is read: describe it as contiguous
+        step = 1
+        for d in reversed(range(ndim)):
+            strides[d], step = step, step * max(shape[d], 1)
+    elif ptr == 0:
         raise FlashAttnError(Status.ERR_NULL_POINTER, f"{name}: data pointer is NULL")
-    return t
+    if shape[-1] == 1:
+        strides[-1] = 1  # a dimension of size 1 is never stepped over
+    return FaTensor(ptr or _EMPTY_ADDR, dtype_code(x, name), device, index, ndim,
+                    _I64x4(*shape), _I64x4(*strides))
 
 
 def _numel(x):
