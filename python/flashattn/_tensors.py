@@ -4,6 +4,7 @@ copied unless the last dimension is strided (the one layout the C library
 cannot read)."""
 
 import ctypes
+import os
 import sys
 
 import numpy as np
@@ -151,10 +152,22 @@ def _numel(x):
     return n
 
 
+# FLASHATTN_POISON=1 (for tests): outputs start as NaN, so any element a call
+# fails to write shows up.
+_POISON = os.environ.get("FLASHATTN_POISON") == "1"
+
+
 def empty(like, shape, code):
     """An uninitialised contiguous output of the same kind (and device) as like."""
+    poison = _POISON and code in (DType.F32, DType.F16, DType.BF16)
     if is_torch(like):
-        return _torch().empty(tuple(shape), dtype=torch_dtype(code), device=like.device)
+        torch = _torch()
+        if poison:
+            return torch.full(tuple(shape), float("nan"), dtype=torch_dtype(code),
+                              device=like.device)
+        return torch.empty(tuple(shape), dtype=torch_dtype(code), device=like.device)
+    if poison:
+        return np.full(tuple(shape), np.nan, dtype=numpy_dtype(code))
     return np.empty(tuple(shape), dtype=numpy_dtype(code))
 
 
