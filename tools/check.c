@@ -255,7 +255,6 @@ typedef struct ref_job {
     cli_reference *r;
     fa_options opts;
     int backward;
-    int units_per_batch;   /* kv heads per unit is 1, or the whole slice as one unit */
     int whole;             /* one call for the whole slice (dropout needs true b, h indices) */
     fa_status status;      /* first failure */
     char message[256];

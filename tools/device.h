@@ -1,7 +1,7 @@
 /*
  * Memory for the operands: a host copy always (inputs are made and checked
  * there), mirrored in CUDA device memory when the backend runs on a GPU.
- * The CUDA side exists when the tool is compiled with FA_HAVE_CUDA.
+ * The CUDA side works when the build links the CUDA runtime (see device.c).
  */
 #ifndef FA_CLI_DEVICE_H
 #define FA_CLI_DEVICE_H
