@@ -456,6 +456,25 @@ static void options(fa_dtype dt) {
     run_case(&c);
 }
 
+/* The CPU backend splits work by thread count: one thread and an odd count
+ * must give the same answers. */
+static void thread_counts(fa_dtype dt) {
+    if (ft_on_device) return;
+    static const int counts[] = {1, 3};
+    for (int i = 0; i < 2; ++i) {
+        char label[64];
+        snprintf(label, sizeof label, "%d thread%s causal gqa", counts[i], counts[i] == 1 ? "" : "s");
+        fa_context_set_num_threads(ft_ctx, counts[i]);
+        scase c = make(label, dt, 2, 150, 260, 4, 2, 64, 64);
+        c.opts.causal = 1;
+        run_case(&c);
+        c = make(counts[i] == 1 ? "1 thread decode" : "3 threads decode", dt, 3, 1, 700, 8, 1, 128, 128);
+        run_case(&c);
+    }
+    const char *env = getenv("FA_TEST_THREADS");
+    fa_context_set_num_threads(ft_ctx, env && *env ? atoi(env) : 0);
+}
+
 int main(void) {
     if (!ft_init("test_suite")) return ft_finish();
     fa_dtype dts[3];
@@ -467,6 +486,7 @@ int main(void) {
         magnitudes(dts[i]);
         masked_rows(dts[i]);
         options(dts[i]);
+        thread_counts(dts[i]);
     }
     return ft_finish();
 }

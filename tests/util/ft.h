@@ -8,6 +8,7 @@
  *   FA_TEST_QUICK    1: skip the largest shapes (sanitizer builds)
  *   FA_TEST_FILTER   run only cases whose name contains this text
  *   FA_TEST_SEED     base seed of the random inputs (default 20261130)
+ *   FA_TEST_THREADS  CPU threads of the backend under test (default: all cores)
  */
 #ifndef FA_TEST_FT_H
 #define FA_TEST_FT_H

@@ -69,6 +69,8 @@ int ft_init(const char *program) {
         ++g_failed;
         return 0;
     }
+    const char *threads = getenv("FA_TEST_THREADS"); /* CPU worker threads of the backend under test */
+    if (threads && *threads) fa_context_set_num_threads(ft_ctx, atoi(threads));
     return 1;
 }
 
