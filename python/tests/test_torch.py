@@ -102,6 +102,28 @@ def test_autograd_matches_sdpa(device, dtype, opts, hk):
         check(g, r, n, dtype, 3.0)
 
 
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("sq,sk", [(1, 239), (113, 203), (128, 128), (799, 3), (1023, 1024)])
+@pytest.mark.parametrize("d", [59, 64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_shapes(dtype, sq, sk, d, causal):
+    """Lengths that do and do not divide the tiles, odd head dims, on the GPU."""
+    if causal and sq > sk:
+        sq, sk = sk, sq  # SDPA cannot express rows that see no key
+    q, k, v = make_qkv("cuda", dtype, B=2, sq=sq, sk=sk, hq=4, hk=2, d=d)
+    dout = torch.randn_like(q)
+    out, grads = run(lambda q, k, v: fa.flash_attn_func(q, k, v, causal=causal),
+                     [leaf(q), leaf(k), leaf(v)], dout)
+    ref, ref_grads = run(lambda q, k, v: sdpa(q, k, v, causal=causal),
+                         [leaf(x, torch.float64) for x in (q, k, v)], dout.double())
+    naive, naive_grads = run(lambda q, k, v: sdpa(q, k, v, causal=causal, naive=True),
+                             [leaf(q), leaf(k), leaf(v)], dout)
+    check(out, ref, naive, dtype, 2.0)
+    for g, r, n in zip(grads, ref_grads, naive_grads):
+        check(g, r, n, dtype, 3.0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_dropout_autograd(device):
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
@@ -174,6 +196,39 @@ def test_varlen_autograd(device):
         check(out[None, s], ref, naive, dtype, 2.0)
         for g, r, n in zip(grads, ref_grads, naive_grads):
             check(g[None, s], r, n, dtype, 3.0)
+
+
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
+@pytest.mark.parametrize("block_size", [None, 1, 16, 256])
+@pytest.mark.parametrize("num_splits", [0, 1, 5])
+def test_cuda_decode(block_size, num_splits):
+    """Split-KV decoding over long, paged caches on the GPU."""
+    B, Hq, Hk, D, S = 3, 8, 2, 128, 2048
+    dtype = torch.bfloat16
+    seqlens = torch.tensor([1, 700, 2047], dtype=torch.int32, device="cuda")
+    if block_size is None:
+        kc = torch.randn(B, S, Hk, D, device="cuda").to(dtype)
+        table = None
+    else:
+        per_seq = S // block_size
+        kc = torch.randn(B * per_seq, block_size, Hk, D, device="cuda").to(dtype)
+        table = torch.randperm(B * per_seq, device="cuda").to(torch.int32).view(B, per_seq)
+    vc = torch.randn_like(kc)
+    q = torch.randn(B, 1, Hq, D, device="cuda").to(dtype)
+    k_new, v_new = (torch.randn(B, 1, Hk, D, device="cuda").to(dtype) for _ in range(2))
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=seqlens,
+                                     block_table=table, causal=True, num_splits=num_splits)
+    for b in range(B):
+        n = int(seqlens[b]) + 1
+        if table is None:
+            keys, vals = kc[b, :n], vc[b, :n]
+        else:
+            keys = kc[table[b].long()].flatten(0, 1)[:n]
+            vals = vc[table[b].long()].flatten(0, 1)[:n]
+        assert torch.equal(keys[-1], k_new[b, 0]) and torch.equal(vals[-1], v_new[b, 0])
+        ref = sdpa(q[b:b + 1].double(), keys[None].double(), vals[None].double())
+        naive = sdpa(q[b:b + 1], keys[None], vals[None], naive=True)
+        check(out[b:b + 1], ref, naive, dtype, 3.0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
