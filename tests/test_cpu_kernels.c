@@ -157,6 +157,29 @@ static void test_rowdot(const cpu_kernels *kr) {
         }
 }
 
+/* The bf16-in-place decode kernels against the same products on widened copies. */
+static void test_bf16_in_place(const cpu_kernels *kr) {
+    const int64_t d = 77, nj = 37, ldk = 83, n = 64, ldb = 70;
+    uint16_t *k = malloc(nj * ldk * 2), *b = malloc(nj * ldb * 2);
+    float *kw = malloc(nj * ldk * 4), *bw = malloc(nj * ldb * 4), q[6 * 80], s0[6 * 64], s1[6 * 64], a[6 * 40];
+    float c0[6 * 64], c1[6 * 64];
+    for (int64_t i = 0; i < nj * ldk; ++i) kw[i] = fa_bf16_to_f32(k[i] = fa_f32_to_bf16(frand()));
+    for (int64_t i = 0; i < nj * ldb; ++i) bw[i] = fa_bf16_to_f32(b[i] = fa_f32_to_bf16(frand()));
+    for (int i = 0; i < 6 * 80; ++i) q[i] = frand();
+    for (int i = 0; i < 6 * 40; ++i) a[i] = frand();
+    kr->rowdot_bf16(5, nj, d, q, 80, k, ldk, s0, 64);
+    cpu_rowdot_generic(5, nj, d, q, 80, kw, ldk, s1, 64);
+    float worst = 0.0f;
+    for (int r = 0; r < 5; ++r)
+        for (int64_t j = 0; j < nj; ++j) worst = fmaxf(worst, fabsf(s0[r * 64 + j] - s1[r * 64 + j]));
+    check(worst < 1e-5f, "rowdot_bf16", kr->name, "");
+    for (int i = 0; i < 6 * 64; ++i) c0[i] = c1[i] = frand();
+    cpu_gemm_f32_bf16b(kr, 6, n, nj, a, 1, 6, b, ldb, c0, 64, 1, NULL);
+    cpu_gemm_f32(&cpu_kernels_generic, 6, n, nj, a, 1, 6, bw, ldb, c1, 64, 1, NULL);
+    check(max_rel_err(c0, c1, 6 * 64) < 1e-5f, "gemm_f32_bf16b", kr->name, "");
+    free(k), free(b), free(kw), free(bw);
+}
+
 static void test_conversions(const cpu_kernels *kr) {
     enum { N = 77 };
     uint16_t h[N], g[N];
@@ -192,6 +215,7 @@ static void test_set(const cpu_kernels *kr) {
     test_softmax(kr);
     test_exp_tile(kr);
     test_rowdot(kr);
+    test_bf16_in_place(kr);
     test_conversions(kr);
 }
 

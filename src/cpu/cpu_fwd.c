@@ -100,6 +100,8 @@ typedef struct fwd_scratch {
     void *vbuf;        /* packed V tile: f32 [BN][Dv] or bf16 pairs [BN/2][Dv] */
     const void *ka;    /* the K tile the score kernel reads (kbuf, or K in place) */
     int64_t ka_rs;     /* its row stride in elements (f32) or words (pairs) */
+    int raw_bf16;      /* few-row blocks read bf16 K and V in place (no tile copy) */
+    const uint16_t *kraw, *vraw; /* then: the tile's first K and V rows, k.ss / v.ss apart */
     int32_t *lo_rel, *hi_rel;
 } fwd_scratch;
 
@@ -311,7 +313,10 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
     const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), ncols = q->ncols, R = q->nrows;
     const int64_t dvpad = cpu_round_up(p->Dv, CPU_LANES);
     float *sn = w->pp_f32; /* natural scores [R][CPU_BN] */
-    job->kr->rowdot((int)R, nj, p->D, q->qt, p->D, w->ka, w->ka_rs, sn, CPU_BN);
+    if (w->raw_bf16)
+        job->kr->rowdot_bf16((int)R, nj, p->D, q->qt, p->D, w->kraw, p->k.ss, sn, CPU_BN);
+    else
+        job->kr->rowdot((int)R, nj, p->D, q->qt, p->D, w->ka, w->ka_rs, sn, CPU_BN);
     for (int64_t j = 0; j < nj; ++j) /* transposed copy for the column softmax */
         for (int64_t c = 0; c < ncols; ++c) w->s[j * ncols + c] = c < R ? sn[c * CPU_BN + j] : 0.0f;
     float c = cpu_score_options(p, b, sq, sk, j0, nj, ncols, R, q->head, q->row, w->s, NULL);
@@ -329,7 +334,10 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
         for (int64_t d = 0; d < dvpad; ++d) o[d] *= a;
     }
     /* O[r][:] += sum_j P^T[j][r] V[j][:]; V rows are Dv apart, the padded columns are ignored */
-    cpu_gemm_f32(job->kr, R, dvpad, nj, w->s, 1, ncols, w->vbuf, p->Dv, q->ot, dvpad, 1, NULL);
+    if (w->raw_bf16) /* Dv is a multiple of 16 here: no read past a row */
+        cpu_gemm_f32_bf16b(job->kr, R, dvpad, nj, w->s, 1, ncols, w->vraw, p->v.ss, q->ot, dvpad, 1, NULL);
+    else
+        cpu_gemm_f32(job->kr, R, dvpad, nj, w->s, 1, ncols, w->vbuf, p->Dv, q->ot, dvpad, 1, NULL);
 }
 
 /* Sets up a block of rows (heads hq0 .. hq0 + nh, queries i0 .. i0 + ni) over keys [kb, ke). */
@@ -435,9 +443,17 @@ static void fwd_task(void *arg, int64_t t, int worker) {
         if (q->kmin < kmin) kmin = q->kmin;
         if (q->kmax > kmax) kmax = q->kmax;
     }
+    /* Few-row blocks over a contiguous bf16 cache read it in place, once. */
+    w.raw_bf16 = p->dtype == FA_BF16 && !p->block_table && p->Dv % CPU_LANES == 0;
+    for (int k = 0; k < nb; ++k) w.raw_bf16 &= w.blk[k].natural;
     for (int64_t j0 = kmin; j0 < kmax; j0 += CPU_BN) {
         int64_t nj = kmax - j0 < CPU_BN ? kmax - j0 : CPU_BN;
-        load_tile(job, &w, b, kvh, j0, nj);
+        if (w.raw_bf16) {
+            w.kraw = (const uint16_t *)p->k.data + fa_k_offset(p, &p->k, b, j0, kvh);
+            w.vraw = (const uint16_t *)p->v.data + fa_k_offset(p, &p->v, b, j0, kvh);
+        } else {
+            load_tile(job, &w, b, kvh, j0, nj);
+        }
         if (j0 + CPU_BN < kmax)
             prefetch_tile(job, b, kvh, j0 + CPU_BN, kmax - j0 - CPU_BN < CPU_BN ? kmax - j0 - CPU_BN : CPU_BN);
         for (int k = 0; k < nb; ++k) {

@@ -25,6 +25,20 @@ void cpu_gemm_f32(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
     }
 }
 
+void cpu_gemm_f32_bf16b(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
+                        const float *a, int64_t a_rs, int64_t a_ks,
+                        const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale) {
+    const int64_t chunk = CPU_NV_MAX * CPU_LANES;
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+        int nv = (int)((n - c0 < chunk ? n - c0 : chunk) / CPU_LANES);
+        for (int64_t r0 = 0; r0 < m; r0 += CPU_MR) {
+            int rows = (int)(m - r0 < CPU_MR ? m - r0 : CPU_MR);
+            kr->gemm_f32_bf16b(rows, nv, k, a + r0 * a_rs, a_rs, a_ks, b + c0, ldb, c + r0 * ldc + c0, ldc,
+                               accumulate, c_scale ? c_scale + c0 : NULL);
+        }
+    }
+}
+
 void cpu_gemm_bf16(const cpu_kernels *kr, int64_t m, int64_t n, int64_t kpairs,
                    const uint32_t *a, int64_t a_rs, int64_t a_ks,
                    const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale) {

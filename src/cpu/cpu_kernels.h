@@ -74,6 +74,15 @@ typedef void (*cpu_exp_tile_fn)(int64_t nj, int64_t ncols, const float *s, int64
 typedef void (*cpu_rowdot_fn)(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
                               const float *k, int64_t ldk, float *s, int64_t lds);
 
+/* The same with bf16 K rows, widened in registers (decode reads the cache once, in place). */
+typedef void (*cpu_rowdot_bf16_fn)(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                                   const uint16_t *k, int64_t ldk, float *s, int64_t lds);
+/* gemm_f32 with B stored as bf16 rows (ldb in elements), widened in registers. */
+typedef void (*cpu_gemm_f32_bf16b_fn)(int rows, int nv, int64_t k,
+                                      const float *a, int64_t a_rs, int64_t a_ks,
+                                      const uint16_t *b, int64_t ldb,
+                                      float *c, int64_t ldc, int accumulate, const float *c_scale);
+
 /* Row conversions used when packing tiles. */
 typedef void (*cpu_widen_fn)(const uint16_t *src, float *dst, int64_t n);           /* f16 or bf16 -> f32 */
 /* out[i] = r0[i] | r1[i] << 16: two bf16 rows interleaved into pairs; r1 NULL means zeros. */
@@ -88,6 +97,8 @@ typedef struct cpu_kernels {
     cpu_softmax_tile_fn softmax_tile;
     cpu_exp_tile_fn exp_tile;
     cpu_rowdot_fn rowdot;
+    cpu_rowdot_bf16_fn rowdot_bf16;
+    cpu_gemm_f32_bf16b_fn gemm_f32_bf16b;
     cpu_widen_fn widen_f16, widen_bf16;
     cpu_pair_bf16_fn pair_bf16;
     cpu_pair_f32_fn pair_f32;
@@ -107,6 +118,11 @@ void cpu_exp_tile_generic(int64_t nj, int64_t ncols, const float *s, int64_t lds
 
 void cpu_rowdot_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const float *k, int64_t ldk,
                         float *s, int64_t lds);
+void cpu_rowdot_bf16_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const uint16_t *k,
+                             int64_t ldk, float *s, int64_t lds);
+void cpu_gemm_f32_bf16b_generic(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                                const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+                                const float *c_scale);
 void cpu_widen_f16_generic(const uint16_t *src, float *dst, int64_t n);
 void cpu_widen_bf16_generic(const uint16_t *src, float *dst, int64_t n);
 void cpu_pair_bf16_generic(const uint16_t *r0, const uint16_t *r1, uint32_t *out, int64_t n);
@@ -119,6 +135,9 @@ const cpu_kernels *cpu_kernels_select(void);
 void cpu_gemm_f32(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
                   const float *a, int64_t a_rs, int64_t a_ks,
                   const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale);
+void cpu_gemm_f32_bf16b(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
+                        const float *a, int64_t a_rs, int64_t a_ks,
+                        const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale);
 void cpu_gemm_bf16(const cpu_kernels *kr, int64_t m, int64_t n, int64_t kpairs,
                    const uint32_t *a, int64_t a_rs, int64_t a_ks,
                    const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale);

@@ -75,6 +75,32 @@ FORCE_INLINE void tile_f32(const int R, const int NV, int64_t k,
     FOR_ROWS(ACC_STORE)
 }
 
+/* 16 bf16 values to f32: a bf16 is the high half of its f32. */
+FORCE_INLINE __m512 widen16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p)), 16));
+}
+
+/* As tile_f32, with B in bf16 (decode: V read in place from the cache). */
+FORCE_INLINE void tile_f32_bf16b(const int R, const int NV, int64_t k,
+                                 const float *a, int64_t a_rs, int64_t a_ks,
+                                 const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
+    const __m512 zero = _mm512_setzero_ps();
+    SCALE_DECL
+    ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3); ACC_DECL(4); ACC_DECL(5);
+    FOR_ROWS(ACC_LOAD)
+    for (int64_t kk = 0; kk < k; ++kk) {
+        const uint16_t *bk = b + kk * ldb;
+        const float *ak = a + kk * a_ks;
+        __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;
+        if (NV > 0) b0 = widen16(bk);
+        if (NV > 1) b1 = widen16(bk + 16);
+        if (NV > 2) b2 = widen16(bk + 32);
+        if (NV > 3) b3 = widen16(bk + 48);
+        FOR_ROWS(F32_STEP)
+    }
+    FOR_ROWS(ACC_STORE)
+}
+
 FORCE_INLINE uint32_t load_word(const uint32_t *p) {
     uint32_t w;
     memcpy(&w, p, 4); /* A rows need not be 4-byte aligned */
@@ -170,6 +196,38 @@ static void rowdot_avx512(int rows, int64_t nj, int64_t d, const float *q, int64
     }
 }
 
+/* 16 bf16 values as f32; masked-off lanes read nothing and give 0. */
+FORCE_INLINE __m512 widen16_masked(__mmask16 m, const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+static void rowdot_bf16_avx512(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                               const uint16_t *k, int64_t ldk, float *s, int64_t lds) {
+    for (int r = 0; r < rows; ++r) {
+        const float *qr = q + r * ldq;
+        int64_t j = 0;
+        for (; j + 16 <= nj; j += 16) { /* 16 keys, then one combined reduction */
+            __m512 acc[16];
+            for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+            for (int64_t dd = 0; dd < d; dd += 16) {
+                __mmask16 m = tail_mask(d - dd);
+                __m512 qv = _mm512_maskz_loadu_ps(m, qr + dd);
+                for (int t = 0; t < 16; ++t)
+                    acc[t] = _mm512_fmadd_ps(qv, widen16_masked(m, k + (j + t) * ldk + dd), acc[t]);
+            }
+            _mm512_storeu_ps(s + r * lds + j, reduce16(acc));
+        }
+        for (; j < nj; ++j) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t dd = 0; dd < d; dd += 16) {
+                __mmask16 m = tail_mask(d - dd);
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qr + dd), widen16_masked(m, k + j * ldk + dd), acc);
+            }
+            s[r * lds + j] = _mm512_reduce_add_ps(acc);
+        }
+    }
+}
+
 /* One function per (rows, nv) so each keeps its accumulators in registers. */
 #define DEFINE_TILES(R)                                                                             \
     static void f32_##R##_1(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,      \
@@ -205,6 +263,30 @@ static void rowdot_avx512(int rows, int64_t nj, int64_t d, const float *q, int64
         tile_bf16(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                        \
     }
 
+#define DEFINE_BF16B(R)                                                                             \
+    static void f32b_##R##_1(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
+                             int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
+        tile_f32_bf16b(R, 1, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                               \
+    }                                                                                               \
+    static void f32b_##R##_2(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
+                             int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
+        tile_f32_bf16b(R, 2, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                               \
+    }                                                                                               \
+    static void f32b_##R##_3(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
+                             int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
+        tile_f32_bf16b(R, 3, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                               \
+    }                                                                                               \
+    static void f32b_##R##_4(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
+                             int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
+        tile_f32_bf16b(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                               \
+    }
+DEFINE_BF16B(1)
+DEFINE_BF16B(2)
+DEFINE_BF16B(3)
+DEFINE_BF16B(4)
+DEFINE_BF16B(5)
+DEFINE_BF16B(6)
+
 DEFINE_TILES(1)
 DEFINE_TILES(2)
 DEFINE_TILES(3)
@@ -222,6 +304,17 @@ static const tile_f32_fn f32_tiles[CPU_MR][CPU_NV_MAX] = {
     ROW_OF(f32, 1), ROW_OF(f32, 2), ROW_OF(f32, 3), ROW_OF(f32, 4), ROW_OF(f32, 5), ROW_OF(f32, 6)};
 static const tile_bf16_fn bf16_tiles[CPU_MR][CPU_NV_MAX] = {
     ROW_OF(bf16, 1), ROW_OF(bf16, 2), ROW_OF(bf16, 3), ROW_OF(bf16, 4), ROW_OF(bf16, 5), ROW_OF(bf16, 6)};
+
+typedef void (*tile_f32b_fn)(int64_t, const float *, int64_t, int64_t, const uint16_t *, int64_t, float *,
+                             int64_t, int, const float *);
+static const tile_f32b_fn f32b_tiles[CPU_MR][CPU_NV_MAX] = {
+    ROW_OF(f32b, 1), ROW_OF(f32b, 2), ROW_OF(f32b, 3), ROW_OF(f32b, 4), ROW_OF(f32b, 5), ROW_OF(f32b, 6)};
+
+static void gemm_f32_bf16b_avx512(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                                  const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+                                  const float *cs) {
+    f32b_tiles[rows - 1][nv - 1](k, a, a_rs, a_ks, b, ldb, c, ldc, accumulate, cs);
+}
 
 static void gemm_f32_avx512(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
                             const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
@@ -387,6 +480,8 @@ const cpu_kernels cpu_kernels_avx512 = {
     .softmax_tile = softmax_tile_avx512,
     .exp_tile = exp_tile_avx512,
     .rowdot = rowdot_avx512,
+    .rowdot_bf16 = rowdot_bf16_avx512,
+    .gemm_f32_bf16b = gemm_f32_bf16b_avx512,
     .widen_f16 = widen_f16_avx512,
     .widen_bf16 = widen_bf16_avx512,
     .pair_bf16 = pair_bf16_avx512,

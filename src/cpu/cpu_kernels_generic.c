@@ -76,6 +76,32 @@ void cpu_rowdot_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t
         }
 }
 
+void cpu_rowdot_bf16_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const uint16_t *k,
+                             int64_t ldk, float *s, int64_t lds) {
+    for (int r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < nj; ++j) {
+            float acc = 0.0f;
+            for (int64_t dd = 0; dd < d; ++dd) acc += q[r * ldq + dd] * fa_bf16_to_f32(k[j * ldk + dd]);
+            s[r * lds + j] = acc;
+        }
+}
+
+void cpu_gemm_f32_bf16b_generic(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                                const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+                                const float *c_scale) {
+    int ncols = nv * CPU_LANES;
+    for (int r = 0; r < rows; ++r) {
+        float acc[CPU_NV_MAX * CPU_LANES];
+        for (int col = 0; col < ncols; ++col)
+            acc[col] = accumulate ? c[r * ldc + col] * (c_scale ? c_scale[col] : 1.0f) : 0.0f;
+        for (int64_t kk = 0; kk < k; ++kk) {
+            float av = a[r * a_rs + kk * a_ks];
+            for (int col = 0; col < ncols; ++col) acc[col] += av * fa_bf16_to_f32(b[kk * ldb + col]);
+        }
+        for (int col = 0; col < ncols; ++col) c[r * ldc + col] = acc[col];
+    }
+}
+
 void cpu_widen_f16_generic(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = fa_f16_to_f32(src[i]);
 }
@@ -100,6 +126,8 @@ const cpu_kernels cpu_kernels_generic = {
     .softmax_tile = cpu_softmax_tile_generic,
     .exp_tile = cpu_exp_tile_generic,
     .rowdot = cpu_rowdot_generic,
+    .rowdot_bf16 = cpu_rowdot_bf16_generic,
+    .gemm_f32_bf16b = cpu_gemm_f32_bf16b_generic,
     .widen_f16 = cpu_widen_f16_generic,
     .widen_bf16 = cpu_widen_bf16_generic,
     .pair_bf16 = cpu_pair_bf16_generic,
