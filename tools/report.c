@@ -125,6 +125,7 @@ void cli_print_result_json(FILE *f, const cli_config *c, const cli_result *r, co
     cli_config_window(c, &wl, &wr);
     fprintf(f, "{\"direction\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\"", r->direction, r->backend,
             r->on_gpu ? "gpu" : "cpu");
+    if (!r->on_gpu) fprintf(f, ",\"threads\":%d", m->threads);
     fprintf(f, ",\"batch\":%lld,\"heads\":%lld,\"kv_heads\":%lld,\"seqlen_q\":%lld,\"seqlen_k\":%lld,"
                "\"head_dim\":%lld,\"head_dim_v\":%lld,\"dtype\":\"%s\"",
             (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seqlen_q,
