@@ -169,63 +169,83 @@ FORCE_INLINE __m512 reduce16(const __m512 x[16]) {
     return _mm512_add_ps(lo, hi);
 }
 
-static void rowdot_avx512(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
-                          const float *k, int64_t ldk, float *s, int64_t lds) {
-    for (int r = 0; r < rows; ++r) {
-        const float *qr = q + r * ldq;
-        int64_t j = 0;
-        for (; j + 16 <= nj; j += 16) { /* 16 keys, then one combined reduction */
-            __m512 acc[16];
-            for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
-            for (int64_t dd = 0; dd < d; dd += 16) {
-                __mmask16 m = tail_mask(d - dd);
-                __m512 qv = _mm512_maskz_loadu_ps(m, qr + dd);
-                for (int t = 0; t < 16; ++t)
-                    acc[t] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + (j + t) * ldk + dd), acc[t]);
-            }
-            _mm512_storeu_ps(s + r * lds + j, reduce16(acc));
-        }
-        for (; j < nj; ++j) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t dd = 0; dd < d; dd += 16) {
-                __mmask16 m = tail_mask(d - dd);
-                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qr + dd), _mm512_maskz_loadu_ps(m, k + j * ldk + dd), acc);
-            }
-            s[r * lds + j] = _mm512_reduce_add_ps(acc);
-        }
-    }
-}
-
 /* 16 bf16 values as f32; masked-off lanes read nothing and give 0. */
 FORCE_INLINE __m512 widen16_masked(__mmask16 m, const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
+/*
+ * Few-row dot products: keys go in groups of kb = 16 / rows, so each key's
+ * chunk of the head dim is loaded (and widened) once and used by every row;
+ * the rows * kb partial vectors are reduced together by reduce16.
+ */
+/* Named registers picked by a compile-time index (an array would live in memory). */
+#define PICK8(v, i) ((i) == 0 ? v##0 : (i) == 1 ? v##1 : (i) == 2 ? v##2 : (i) == 3 ? v##3 :        \
+                     (i) == 4 ? v##4 : (i) == 5 ? v##5 : (i) == 6 ? v##6 : v##7)
+#define PICK16(v, i) ((i) < 8 ? PICK8(v, i) : PICK8(v##1, (i) - 8))
+/* M(name, index) for the 16 accumulators and keys: names 0..7 and 10..17 */
+#define X16(M) M(0, 0) M(1, 1) M(2, 2) M(3, 3) M(4, 4) M(5, 5) M(6, 6) M(7, 7) \
+    M(10, 8) M(11, 9) M(12, 10) M(13, 11) M(14, 12) M(15, 13) M(16, 14) M(17, 15)
+#define X8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+
+FORCE_INLINE void rowdot_body(const int BF16, const int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                              const void *kv, int64_t ldk, float *s, int64_t lds) {
+    const int kb_full = 16 / rows;
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nj;) {
+        const int kb = nj - j < kb_full ? (int)(nj - j) : kb_full;
+        /* accumulator i = r * kb_full + t: row r, key j + t */
+#define ACC_ZERO(n, i) __m512 a##n = zero;
+        X16(ACC_ZERO)
+        for (int64_t dd = 0; dd < d; dd += 16) {
+            __mmask16 m = tail_mask(d - dd);
+#define LOAD_K(n, t)                                                                                \
+    __m512 k##n = zero;                                                                             \
+    if ((t) < kb_full && (t) < kb)                                                                  \
+        k##n = BF16 ? widen16_masked(m, (const uint16_t *)kv + (j + (t)) * ldk + dd)               \
+                    : _mm512_maskz_loadu_ps(m, (const float *)kv + (j + (t)) * ldk + dd);
+            X16(LOAD_K)
+#define LOAD_Q(r) __m512 q##r = (r) < rows ? _mm512_maskz_loadu_ps(m, q + (r) * ldq + dd) : zero;
+            X8(LOAD_Q)
+#define DOT_STEP(n, i)                                                                              \
+    if ((i) < rows * kb_full) a##n = _mm512_fmadd_ps(PICK8(q, (i) / kb_full), PICK16(k, (i) % kb_full), a##n);
+            X16(DOT_STEP)
+        }
+        __m512 acc[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a10, a11, a12, a13, a14, a15, a16, a17};
+        float out[16];
+        _mm512_storeu_ps(out, reduce16(acc));
+        for (int r = 0; r < rows; ++r)
+            for (int t = 0; t < kb; ++t) s[r * lds + j + t] = out[r * kb_full + t];
+        j += kb;
+    }
+}
+
+/* Compile-time row counts keep the accumulators in registers; 8 rows at a time. */
+#define ROWDOT_DISPATCH(BF16)                                                                       \
+    for (int r0 = 0; r0 < rows; r0 += 8) {                                                          \
+        int n = rows - r0 < 8 ? rows - r0 : 8;                                                      \
+        const float *qr = q + r0 * ldq;                                                             \
+        float *sr = s + r0 * lds;                                                                   \
+        switch (n) {                                                                                \
+        case 1: rowdot_body(BF16, 1, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 2: rowdot_body(BF16, 2, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 3: rowdot_body(BF16, 3, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 4: rowdot_body(BF16, 4, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 5: rowdot_body(BF16, 5, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 6: rowdot_body(BF16, 6, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 7: rowdot_body(BF16, 7, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        default: rowdot_body(BF16, 8, nj, d, qr, ldq, k, ldk, sr, lds); break;                      \
+        }                                                                                           \
+    }
+
+static void rowdot_avx512(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                          const float *k, int64_t ldk, float *s, int64_t lds) {
+    ROWDOT_DISPATCH(0)
+}
+
 static void rowdot_bf16_avx512(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
                                const uint16_t *k, int64_t ldk, float *s, int64_t lds) {
-    for (int r = 0; r < rows; ++r) {
-        const float *qr = q + r * ldq;
-        int64_t j = 0;
-        for (; j + 16 <= nj; j += 16) { /* 16 keys, then one combined reduction */
-            __m512 acc[16];
-            for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
-            for (int64_t dd = 0; dd < d; dd += 16) {
-                __mmask16 m = tail_mask(d - dd);
-                __m512 qv = _mm512_maskz_loadu_ps(m, qr + dd);
-                for (int t = 0; t < 16; ++t)
-                    acc[t] = _mm512_fmadd_ps(qv, widen16_masked(m, k + (j + t) * ldk + dd), acc[t]);
-            }
-            _mm512_storeu_ps(s + r * lds + j, reduce16(acc));
-        }
-        for (; j < nj; ++j) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t dd = 0; dd < d; dd += 16) {
-                __mmask16 m = tail_mask(d - dd);
-                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qr + dd), widen16_masked(m, k + j * ldk + dd), acc);
-            }
-            s[r * lds + j] = _mm512_reduce_add_ps(acc);
-        }
-    }
+    ROWDOT_DISPATCH(1)
 }
 
 /* One function per (rows, nv) so each keeps its accumulators in registers. */
