@@ -11,9 +11,12 @@
  *                   twice the error of storing a value near 0.3, flash-attn's floor.
  *   every element written: no NaN (outputs are poisoned with NaN first).
  * Big problems are checked on a slice that starts at batch 0, head 0 (so
- * dropout draws the same bits): the first batch, the heads of the first one
- * or two kv heads, and for a very long forward the last (bottom-right
- * alignment) or first (top-left) query rows. The scope says what was checked.
+ * dropout draws the same bits): the first batch, the leading heads (whole GQA
+ * groups when the backward fits), and when that is still too long a block of
+ * query rows: the last ones under bottom-right alignment, the first ones under
+ * top-left alignment or when Sq == Sk. Outputs and dq are row-local and are
+ * checked exactly on such a block; dk and dv are compared only when the slice
+ * holds every query row of their groups. The scope says what was checked.
  */
 #ifndef FA_CLI_CHECK_H
 #define FA_CLI_CHECK_H
@@ -40,7 +43,7 @@ typedef struct cli_quantity {
 
 typedef struct cli_check {
     cli_check_status status;
-    char scope[160];     /* "all", "batch 0, heads 0-1, ..." or why it was skipped */
+    char scope[256];     /* "all", "batch 0, heads 0-1, ..." or why it was skipped */
     int n;
     cli_quantity q[3];
 } cli_check;
