@@ -55,8 +55,9 @@ def _numpy_seed(dropout_p):
 
 
 def _mask_like(like, seed_offset, p, batch, nheads, seqlen_q, seqlen_k):
-    """The keep-mask a call used, as a bool array of like's kind and device."""
-    seed, offset = seed_offset
+    """The keep-mask a call used, as a bool array of like's kind and device.
+    seed_offset is (seed, offset) or the torch rng_state tensor holding them."""
+    seed, offset = (int(x) for x in seed_offset.tolist()) if T.is_torch(seed_offset) else seed_offset
     mask = _core.dropout_mask(seed, offset, p, batch, nheads, seqlen_q, seqlen_k).astype(bool)
     if T.is_torch(like):
         import torch
@@ -104,7 +105,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         out, lse = ops.fwd(q, k, v, dropout_p, softmax_scale, bool(causal), left, right,
                            float(softcap), _tensor_like(alibi_slopes, q), bool(deterministic),
                            rng)
-        seed_offset = rng.tolist() if rng is not None else None
+        seed_offset = rng  # read only if the mask is asked for (a sync under tracing)
     else:
         seed_offset = _numpy_seed(dropout_p)
         out, lse = _core.fwd(q, k, v, softmax_scale=softmax_scale, causal=causal,
@@ -179,7 +180,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                   int(max_seqlen_k), dropout_p, softmax_scale, bool(causal), left,
                                   right, float(softcap), _tensor_like(alibi_slopes, q),
                                   bool(deterministic), rng)
-        seed_offset = rng.tolist() if rng is not None else None
+        seed_offset = rng  # read only if the mask is asked for (a sync under tracing)
     else:
         seed_offset = _numpy_seed(dropout_p)
         out, lse = _core.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
