@@ -108,7 +108,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         seed_offset = rng  # read only if the mask is asked for (a sync under tracing)
     else:
         seed_offset = _numpy_seed(dropout_p)
-        out, lse = _core.fwd(q, k, v, softmax_scale=softmax_scale, causal=causal,
+        out, lse = _core.fwd(q, k, v, want_lse=bool(return_attn_probs),
+                             softmax_scale=softmax_scale, causal=causal,
                              window_size=(left, right), softcap=softcap,
                              alibi_slopes=alibi_slopes, dropout_p=dropout_p, seed=seed_offset[0],
                              offset=seed_offset[1], deterministic=deterministic)
@@ -184,7 +185,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     else:
         seed_offset = _numpy_seed(dropout_p)
         out, lse = _core.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                    max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+                                    max_seqlen_k, want_lse=bool(return_attn_probs),
+                                    softmax_scale=softmax_scale, causal=causal,
                                     window_size=(left, right), softcap=softcap,
                                     alibi_slopes=alibi_slopes, dropout_p=dropout_p,
                                     seed=seed_offset[0], offset=seed_offset[1],
@@ -279,7 +281,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                             _tensor_like(alibi_slopes, q), int(num_splits))
     else:
         out, lse = _core.fwd_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k, v,
-                                     num_splits, softmax_scale=softmax_scale, causal=causal,
+                                     num_splits, want_lse=bool(return_softmax_lse),
+                                     softmax_scale=softmax_scale, causal=causal,
                                      window_size=(left, right), softcap=softcap,
                                      alibi_slopes=alibi_slopes)
     return (out, lse) if return_softmax_lse else out

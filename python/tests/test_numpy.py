@@ -334,6 +334,19 @@ def test_kvcache_unsupported():
         fa.flash_attn_with_kvcache(q, c, c, rotary_cos=c, rotary_sin=c)
 
 
+# --- threads ------------------------------------------------------------------
+
+def test_calls_from_many_threads(rng):
+    """Each Python thread gets its own library context."""
+    from concurrent.futures import ThreadPoolExecutor
+    cases = [tuple(randn(rng, (1, 40, 2, 32), "float32") for _ in range(3)) for _ in range(8)]
+    want = [fa.flash_attn_func(*c, causal=True) for c in cases]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda c: fa.flash_attn_func(*c, causal=True), cases * 3))
+    for i, g in enumerate(got):
+        np.testing.assert_array_equal(g, want[i % len(cases)])
+
+
 # --- merge --------------------------------------------------------------------
 
 def test_merge_equals_full(rng):

@@ -372,6 +372,33 @@ def test_cuda_current_stream():
 
 
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
+def test_cuda_graph_capture():
+    """Forward and decode calls captured in a CUDA graph and replayed: no host
+    synchronisation or allocation outside torch's allocator inside a call."""
+    q, k, v = make_qkv("cuda", torch.bfloat16, sq=128, sk=512)
+    kc = torch.randn(2, 1024, 2, 40, device="cuda").to(torch.bfloat16)
+    vc = torch.randn_like(kc)
+    lens = torch.full((2,), 700, dtype=torch.int32, device="cuda")
+    q1 = q[:, :1].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (workspace, lazy loading) before capture
+        fa.flash_attn_func(q, k, v, causal=True)
+        fa.flash_attn_with_kvcache(q1, kc, vc, cache_seqlens=lens)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fa.flash_attn_func(q, k, v, causal=True)
+        dec = fa.flash_attn_with_kvcache(q1, kc, vc, cache_seqlens=lens)
+    q.normal_()
+    q1.normal_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fa.flash_attn_func(q, k, v, causal=True))
+    assert torch.equal(dec, fa.flash_attn_with_kvcache(q1, kc, vc, cache_seqlens=lens))
+
+
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
 def test_cuda_rejects_float32():
     q = torch.randn(1, 8, 2, 32, device="cuda")
     with pytest.raises(fa.FlashAttnError) as e:
