@@ -309,7 +309,9 @@ def test_kvcache(rng, block_size, append, num_splits):
         if append:  # appended in place after the cached keys
             np.testing.assert_array_equal(keys[seqlens[b]:], k_new[b])
             np.testing.assert_array_equal(vals[seqlens[b]:], v_new[b])
+        # the keys already cached are untouched
         np.testing.assert_array_equal(keys[:seqlens[b]], _gather_cache(kc0, table, b, seqlens[b]))
+        np.testing.assert_array_equal(vals[:seqlens[b]], _gather_cache(vc0, table, b, seqlens[b]))
         check_fwd(out[b:b + 1], lse[b:b + 1], q[b:b + 1], keys[None], vals[None], "float32",
                   causal=True)
 
