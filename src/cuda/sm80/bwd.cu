@@ -170,7 +170,9 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
     const int mq = warp % MQ, qs = warp / MQ;     /* dQ: m tile, column slice */
     const bool aligned = a.aligned_in;
     const int diag = (int)fa_diag_offset(&p, sq, sk);
-    const int kD = ((int)p.D + 15) / 16, kDv = ((int)p.Dv + 15) / 16;
+    /* 16-wide head-dim steps holding data; only the widest tile stops early
+     * (the branch keeps ptxas from hoisting loads it has no registers for) */
+    const int kD = HD > 128 ? ((int)p.D + 15) / 16 : HD / 16, kDv = HD > 128 ? ((int)p.Dv + 15) / 16 : HD / 16;
 
     /* Query rows that see any key of this tile: [i_begin, i_end). */
     const int n1 = min(n0 + BN, sk);
@@ -237,7 +239,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                 for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < HD / 16; ++kk) {
-                if (kk >= kD) break;
+                if (HD > 128 && kk >= kD) break;
                 uint32_t ka[4];
                 ldmatrix_x4(ka, k_addr + kg * 16 * ROWB + a_lane + swz(kk, xa));
 #pragma unroll
@@ -250,7 +252,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
             }
 #pragma unroll
             for (int kk = 0; kk < HD / 16; ++kk) {
-                if (kk >= kDv) break;
+                if (HD > 128 && kk >= kDv) break;
                 uint32_t va[4];
                 ldmatrix_x4(va, v_addr + kg * 16 * ROWB + a_lane + swz(kk, xa));
 #pragma unroll
@@ -318,13 +320,14 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                 sa[3] = pack2<T>(dpt[2 * c + 1][2], dpt[2 * c + 1][3]);
 #pragma unroll
                 for (int dn = 0; dn < SL / 16; ++dn) {
-                    if (ds * SL + dn * 16 < p.Dv) {
+                    /* padded head-dim columns are zero and never stored */
+                    if (HD <= 128 || ds * SL + dn * 16 < p.Dv) {
                         uint32_t ob[4];
                         ldmatrix_x4_trans(ob, do_addr + c * 16 * ROWB + a_lane + ds * SL * (int)sizeof(T) + swz(dn, xa));
                         mma_16816<T>(dv[2 * dn], pa, ob[0], ob[1]);
                         mma_16816<T>(dv[2 * dn + 1], pa, ob[2], ob[3]);
                     }
-                    if (ds * SL + dn * 16 < p.D) {
+                    if (HD <= 128 || ds * SL + dn * 16 < p.D) {
                         uint32_t qb[4];
                         ldmatrix_x4_trans(qb, q_addr + c * 16 * ROWB + a_lane + ds * SL * (int)sizeof(T) + swz(dn, xa));
                         mma_16816<T>(dk[2 * dn], sa, qb[0], qb[1]);
@@ -354,7 +357,6 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                 ldmatrix_x4_trans(da, ds_addr + kc * 16 * DSB + swz(mq, xb));
 #pragma unroll
                 for (int dn = 0; dn < QC / 16; ++dn) {
-                    if (qs * QC + dn * 16 >= p.D) break;
                     uint32_t kb[4];
                     ldmatrix_x4_trans(kb, k_addr + kc * 16 * ROWB + a_lane + qs * QC * (int)sizeof(T) + swz(dn, xa));
                     mma_16816<T>(dq[2 * dn], da, kb[0], kb[1]);

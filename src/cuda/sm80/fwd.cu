@@ -84,7 +84,6 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
         }
     const int diag = (int)fa_diag_offset(&p, sq, sk);
     const float slope = fa_alibi_slope(&p, b, h);
-    const int kD = ((int)p.D + 15) / 16, kDv = ((int)p.Dv + 15) / 16; /* 16-wide chunks that hold data */
 
     /* Prologue: Q and the first K in one group, the first V in the next. */
     tile_load<T, HD, BM, NT>(sQ, p, p.q, false, b, m0, h, sq - m0, (int)p.D, aligned);
@@ -130,7 +129,9 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
             cp_async_commit();
         }
 
-        /* S = Q K^T over the head dimension, 16 at a time. */
+        /* S = Q K^T over the head dimension, 16 at a time (head-dim padding is
+         * zero in shared memory; straight-line loops let ptxas overlap the
+         * ldmatrix of one step with the mma of the previous). */
         float s[MT][NS][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -138,7 +139,6 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
             for (int j = 0; j < NS; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; ++kk) {
-            if (kk >= kD) break; /* the rest is zero padding */
             uint32_t qa[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
@@ -255,7 +255,6 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
             }
 #pragma unroll
             for (int dn = 0; dn < HD / 16; ++dn) {
-                if (dn >= kDv) break;
                 uint32_t vb[4];
                 ldmatrix_x4_trans(vb, v_addr + c * 16 * ROWB + swz(dn, xa));
 #pragma unroll

@@ -22,6 +22,13 @@ __device__ __forceinline__ int tile_chunk(int r, int c) {
  * part x = (bit ^ r7) << 4 is computed once and each access is one XOR. */
 __device__ __forceinline__ uint32_t swz(int kk, uint32_t x) { return (uint32_t)(kk * 32) ^ x; }
 
+/* Offset of key j in a paged cache, out of line: the block-table lookup and
+ * the 64-bit division by the block size stay out of the hot loops. */
+static __device__ __noinline__ int64_t paged_key_offset(const fa_problem &p, const fa_view &v, int64_t b, int64_t j,
+                                                        int64_t h) {
+    return fa_k_offset(&p, &v, b, j, h);
+}
+
 /* Element-by-element fallback of tile_load for rows that do not start on 16
  * bytes (odd head dims or strides); kept out of line so the fast path stays small. */
 template <typename T, int HD, int ROWS, int NT>
@@ -71,7 +78,7 @@ __device__ __forceinline__ void tile_load(T *tile, const fa_problem &p, const fa
         const int r = rr + k * STEP;
         const bool ok = r < nvalid && c * 8 < ncols;
         int64_t o = off + (int64_t)k * STEP * v.ss;
-        if (paged && ok) o = fa_k_offset(&p, &v, b, r0 + r, h) + c * 8;
+        if (paged && ok) o = paged_key_offset(p, v, b, r0 + r, h) + c * 8;
         /* STEP is a multiple of 8 rows, so the swizzle of row r equals row rr's */
         cp_async_16(dst + k * STEP * HD * (int)sizeof(T), ok ? base + o : base, ok ? 16 : 0);
     }
