@@ -289,6 +289,35 @@ static void workspace(fa_dtype dt) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ft_free(all[i]);
 }
 
+/* lse is optional in the forward: the output must not depend on asking for it. */
+static void optional_lse(fa_dtype dt) {
+    char name[64];
+    snprintf(name, sizeof name, "fa_fwd without lse %s", fa_dtype_name(dt));
+    if (!ft_selected(name)) return;
+    ft_rng r = ft_rng_for(name);
+    ft_tensor q = ft_alloc4(dt, 2, 45, 4, 64, FT_GUARDED), k = ft_alloc4(dt, 2, 77, 2, 64, FT_GUARDED);
+    ft_tensor v = ft_alloc4(dt, 2, 77, 2, 64, FT_GUARDED), o1 = ft_alloc4(dt, 2, 45, 4, 64, FT_GUARDED);
+    ft_tensor o2 = ft_alloc4(dt, 2, 45, 4, 64, FT_GUARDED), lse = ft_alloc(FA_F32, 3, (int64_t[]){2, 4, 45}, FT_GUARDED);
+    ft_fill_normal(&q, &r, 1.0);
+    ft_fill_normal(&k, &r, 1.0);
+    ft_fill_normal(&v, &r, 1.0);
+    fa_options o;
+    memset(&o, 0, sizeof o);
+    o.causal = 1;
+    fa_tensor tq = ft_arg(&q), tk = ft_arg(&k), tv = ft_arg(&v), t1 = ft_arg(&o1), t2 = ft_arg(&o2), tl = ft_arg(&lse);
+    fa_status s1 = fa_fwd(ft_ctx, &tq, &tk, &tv, &o, &t1, &tl);
+    fa_status s2 = fa_fwd(ft_ctx, &tq, &tk, &tv, &o, &t2, NULL);
+    ft_download(&o1);
+    ft_download(&o2);
+    if (s1 == FA_ERR_DTYPE) ft_skip(name, "%s", fa_last_error());
+    else
+        ft_check(s1 == FA_OK && s2 == FA_OK && memcmp(o1.host, o2.host, o1.nbuf * fa_dtype_size(dt)) == 0 &&
+                     all_written(&o2) && ft_padding_intact(&o2),
+                 name, "with lse %s, without %s, outputs %s", fa_status_name(s1), fa_status_name(s2),
+                 memcmp(o1.host, o2.host, o1.nbuf * fa_dtype_size(dt)) == 0 ? "identical" : "differ");
+    ft_free(&q), ft_free(&k), ft_free(&v), ft_free(&o1), ft_free(&o2), ft_free(&lse);
+}
+
 int main(void) {
     if (!ft_init("test_api")) return ft_finish();
     version();
@@ -300,6 +329,9 @@ int main(void) {
     flops();
     fa_dtype dts[3];
     int n = ft_backend_dtypes(dts);
-    for (int i = 0; i < n; ++i) workspace(dts[i]);
+    for (int i = 0; i < n; ++i) {
+        workspace(dts[i]);
+        optional_lse(dts[i]);
+    }
     return ft_finish();
 }
