@@ -39,9 +39,9 @@ static int64_t cache_row(const ft_tensor *c, const kcase *kc, const int32_t *tab
 static void run_case(const kcase *c) {
     char layout[32] = "contiguous", name[256];
     if (c->block_size) snprintf(layout, sizeof layout, "paged bs %d", c->block_size);
-    snprintf(name, sizeof name, "kvcache %s %s, %s, append %lld, splits %d, Sq %lld H%lld/%lld D%lld", c->label,
+    snprintf(name, sizeof name, "kvcache %s %s, %s, append %lld, splits %d, Sq %lld H%lld/%lld D%lld/%lld", c->label,
              fa_dtype_name(c->dt), layout, (long long)c->S_new, c->splits, (long long)c->Sq, (long long)c->Hq,
-             (long long)c->Hk, (long long)c->D);
+             (long long)c->Hk, (long long)c->D, (long long)c->Dv);
     if (!ft_selected(name)) return;
     ft_rng r = ft_rng_for(name);
     int64_t es = (int64_t)fa_dtype_size(c->dt);
@@ -221,6 +221,9 @@ int main(void) {
         c.opts.use_window = 1, c.opts.window_left = 50, c.opts.window_right = 0;
         c.opts.softcap = 10.0f;
         c.alibi = 1;
+        run_case(&c);
+        c = make("D != Dv", dt, 2, 4, 2, 128, 90, 16, 2, 3);
+        c.Dv = 40;
         run_case(&c);
         c = make("long cache splits 0", dt, 1, 4, 1, 64, 3000, 16, 1, 0);
         run_case(&c);
