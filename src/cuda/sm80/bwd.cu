@@ -389,6 +389,8 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
         }
     }
 
+    cp_async_wait<0>(); /* with no work item the K/V copies were never waited for */
+
     /* dK = scale * sum dS^T Q, dV = sum P^T dO, for keys inside the sequence. */
 #pragma unroll
     for (int d = 0; d < SL / 8; ++d)
