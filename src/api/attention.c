@@ -175,11 +175,36 @@ static fa_status check_cu_seqlens(const fa_tensor *cu, const char *name, int64_t
     return s;
 }
 
-/* Context, backend and execution resources for a call on q's device. */
-static fa_status prepare(fa_context **ctx, const fa_tensor *q, const fa_backend_ops **ops, fa_exec *x) {
-    const fa_context *c = *ctx ? *ctx : fa_default_context();
+/*
+ * Backend and execution resources for a call on q's device and, for packed
+ * (varlen) calls, the checked sequence tables with their maximum lengths.
+ */
+static fa_status prepare(const fa_context *ctx, const fa_tensor *q, const fa_tensor *k, const fa_tensor *cu_q,
+                         const fa_tensor *cu_k, int max_q, int max_k, layout l, fa_problem *p,
+                         const fa_backend_ops **ops, fa_exec *x) {
+    fa_status s;
+    const fa_context *c = ctx ? ctx : fa_default_context();
+    if (l.ndim == 3) {
+        if (!cu_q) return fa_set_error(FA_ERR_NULL_POINTER, "cu_seqlens_q: tensor pointer is NULL");
+        if (!cu_k) return fa_set_error(FA_ERR_NULL_POINTER, "cu_seqlens_k: tensor pointer is NULL");
+        if ((s = fa_check_tensor(cu_q, "cu_seqlens_q", 1))) return s;
+        p->B = cu_q->shape[0] - 1;
+        if (p->B < 0) return fa_set_error(FA_ERR_SHAPE, "cu_seqlens_q: needs at least one entry");
+    }
     fa_exec_init(c, q->device == FA_DEVICE_CUDA ? q->device_index : 0, x);
-    return fa_select_backend(c, q->device, q->device_index, ops);
+    if ((s = fa_select_backend(c, q->device, q->device_index, ops))) return s;
+    if (l.ndim == 3) {
+        if ((s = check_cu_seqlens(cu_q, "cu_seqlens_q", p->B, q->shape[0], &max_q, "max_seqlen_q", q, x)) ||
+            (s = check_cu_seqlens(cu_k, "cu_seqlens_k", p->B, k->shape[0], &max_k, "max_seqlen_k", q, x)))
+            return s;
+        p->cu_seqlens_q = (const int32_t *)cu_q->data;
+        p->cu_seqlens_k = (const int32_t *)cu_k->data;
+        p->Sq = max_q;
+        p->Sk = max_k;
+        p->total_q = q->shape[0];
+        p->total_k = k->shape[0];
+    }
+    return FA_OK;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -198,23 +223,7 @@ static fa_status forward(fa_context *ctx, const fa_tensor *q, const fa_tensor *k
 
     const fa_backend_ops *ops;
     fa_exec x;
-    if (l.ndim == 3) {
-        if (!cu_q) return fa_set_error(FA_ERR_NULL_POINTER, "cu_seqlens_q: tensor pointer is NULL");
-        if (!cu_k) return fa_set_error(FA_ERR_NULL_POINTER, "cu_seqlens_k: tensor pointer is NULL");
-        if ((s = fa_check_tensor(cu_q, "cu_seqlens_q", 1))) return s;
-        p.B = cu_q->shape[0] - 1;
-        if (p.B < 0) return fa_set_error(FA_ERR_SHAPE, "cu_seqlens_q: needs at least one entry");
-        if ((s = prepare(&ctx, q, &ops, &x))) return s;
-        if ((s = check_cu_seqlens(cu_q, "cu_seqlens_q", p.B, q->shape[0], &max_q, "max_seqlen_q", q, &x)) ||
-            (s = check_cu_seqlens(cu_k, "cu_seqlens_k", p.B, k->shape[0], &max_k, "max_seqlen_k", q, &x)))
-            return s;
-        p.cu_seqlens_q = (const int32_t *)cu_q->data;
-        p.cu_seqlens_k = (const int32_t *)cu_k->data;
-        p.Sq = max_q;
-        p.Sk = max_k;
-    } else if ((s = prepare(&ctx, q, &ops, &x))) {
-        return s;
-    }
+    if ((s = prepare(ctx, q, k, cu_q, cu_k, max_q, max_k, l, &p, &ops, &x))) return s;
     if (lse && (s = check_lse(lse, q, l, &p))) return s;
     if ((s = fa_resolve_options(opts, q, &p))) return s;
     if (p.dtype == FA_F8_E4M3 && p.dropout_p > 0.0f)
@@ -248,23 +257,7 @@ static fa_status backward(fa_context *ctx, const fa_tensor *dout, const fa_tenso
 
     const fa_backend_ops *ops;
     fa_exec x;
-    if (l.ndim == 3) {
-        if (!cu_q) return fa_set_error(FA_ERR_NULL_POINTER, "cu_seqlens_q: tensor pointer is NULL");
-        if (!cu_k) return fa_set_error(FA_ERR_NULL_POINTER, "cu_seqlens_k: tensor pointer is NULL");
-        if ((s = fa_check_tensor(cu_q, "cu_seqlens_q", 1))) return s;
-        p.B = cu_q->shape[0] - 1;
-        if (p.B < 0) return fa_set_error(FA_ERR_SHAPE, "cu_seqlens_q: needs at least one entry");
-        if ((s = prepare(&ctx, q, &ops, &x))) return s;
-        if ((s = check_cu_seqlens(cu_q, "cu_seqlens_q", p.B, q->shape[0], &max_q, "max_seqlen_q", q, &x)) ||
-            (s = check_cu_seqlens(cu_k, "cu_seqlens_k", p.B, k->shape[0], &max_k, "max_seqlen_k", q, &x)))
-            return s;
-        p.cu_seqlens_q = (const int32_t *)cu_q->data;
-        p.cu_seqlens_k = (const int32_t *)cu_k->data;
-        p.Sq = max_q;
-        p.Sk = max_k;
-    } else if ((s = prepare(&ctx, q, &ops, &x))) {
-        return s;
-    }
+    if ((s = prepare(ctx, q, k, cu_q, cu_k, max_q, max_k, l, &p, &ops, &x))) return s;
     if ((s = check_lse(lse, q, l, &p))) return s;
     if ((s = fa_resolve_options(opts, q, &p))) return s;
     if (numel(dq) == 0 && numel(dk) == 0 && numel(dv) == 0) return FA_OK; /* nothing to write */

@@ -48,8 +48,9 @@ typedef struct fa_problem {
     float *lse;                  /* NULL: not wanted (forward only) */
     int64_t lse_sb, lse_sh, lse_ss;
 
-    /* Varlen: NULL for batched calls. Host-readable iff seqlens_on_host. */
+    /* Varlen: NULL for batched calls; in the tensors' memory (host or device). */
     const int32_t *cu_seqlens_q, *cu_seqlens_k;
+    int64_t total_q, total_k;    /* varlen: packed rows of q and of k/v */
     /* KV cache: keys already cached per sequence (NULL otherwise); sequence b
      * attends over seqlens_k[b] + S_new keys, the new ones appended at
      * seqlens_k[b] (the backend copies k_new / v_new into the cache first). */
