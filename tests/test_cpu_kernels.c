@@ -116,7 +116,8 @@ static void test_softmax(const cpu_kernels *kr) {
             float e = fmaxf(max_rel_err(s0, s1, nj * ncols), fmaxf(max_rel_err(l0, l1, ncols), max_rel_err(a0, a1, ncols)));
             int same_m = 1;
             for (int64_t i = 0; i < ncols; ++i) same_m &= (m0[i] == m1[i]) || (isinf(m0[i]) && isinf(m1[i]));
-            check(e < 2e-6f && same_m, "softmax_tile", kr->name, d);
+            /* SIMD kernels form c*s - m with one rounding (fused), the portable one with two */
+            check(e < 1e-5f && same_m, "softmax_tile", kr->name, d);
         }
 }
 
