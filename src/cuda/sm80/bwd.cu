@@ -22,15 +22,10 @@
 
 #include "philox.h"
 #include "sm80.h"
+#include "smem_limit.cuh"
 #include "tile.cuh"
 
 #define LOG2E_F 1.4426950408889634f
-#ifndef FA_BWD_DQ_ATOMICS
-#define FA_BWD_DQ_ATOMICS 1
-#endif
-#ifndef FA_BWD_STAGGER
-#define FA_BWD_STAGGER 1
-#endif
 
 typedef struct bwd_ws {
     float *lse2;      /* (Hq, B*Sq): lse * log2(e); +inf for rows with no key */
@@ -119,7 +114,7 @@ __device__ __forceinline__ void sem_release(int *sem, int value) {
  * dq_accum instead of queueing on the same addresses. */
 __device__ __forceinline__ void bwd_item(int w, int count, int hk, int group, int m_lo, int n_block, int &h, int &m) {
     h = hk * group + w / count;
-    m = m_lo + (w % count + FA_BWD_STAGGER * n_block) % count;
+    m = m_lo + (w % count + n_block) % count;
 }
 
 /* Start the copies of one item's rows: Q, dO, lse and Delta (rows past the
@@ -378,7 +373,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                 for (int e = 0; e < 4; ++e) {
                     const int row = m0 + mq * 16 + g + (e >> 1) * 8;
                     const int col = qs * QC + d * 8 + 2 * t + (e & 1);
-                    if (FA_BWD_DQ_ATOMICS && row < sq && col < p.D)
+                    if (row < sq && col < p.D)
                         atomicAdd(a.ws.dq_accum + (((int64_t)b * p.Sq + row) * p.Hq + h) * p.D + col, dq[d][e] * p.scale);
                 }
             if (p.deterministic) {
@@ -428,8 +423,8 @@ template <typename T, int HD, int NW, int BN>
 static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     cudaStream_t stream = (cudaStream_t)x->stream;
     const size_t smem = (size_t)(2 * BN * HD + 4 * BWD_BM * HD + BN * BWD_BM) * sizeof(T) + 4 * BWD_BM * sizeof(float);
-    cudaError_t e = cudaFuncSetAttribute(sm80_bwd_kernel<T, HD, NW, BN, BWD_BM>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    static unsigned long long smem_set = 0; /* devices this instance was configured on */
+    cudaError_t e = smem_limit_once(sm80_bwd_kernel<T, HD, NW, BN, BWD_BM>, smem, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
     const size_t rows = (size_t)(p->B * p->Sq * p->Hq);
     e = cudaMemsetAsync(a->ws.dq_accum, 0, rows * (size_t)p->D * sizeof(float), stream);

@@ -18,6 +18,7 @@
 
 #include "philox.h"
 #include "sm80.h"
+#include "smem_limit.cuh"
 #include "tile.cuh"
 
 #define LOG2E_F 1.4426950408889634f
@@ -320,8 +321,8 @@ template <typename T, int HD, int NW, int MT, int BN>
 static fa_status launch(const fa_problem *p, const fa_exec *x, const fwd_args *a) {
     constexpr int BM = NW * MT * 16;
     const size_t smem = (size_t)(BM + 4 * BN) * HD * sizeof(T);
-    cudaError_t e = cudaFuncSetAttribute(sm80_fwd_kernel<T, HD, NW, MT, BN>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    static unsigned long long smem_set = 0; /* devices this instance was configured on */
+    cudaError_t e = smem_limit_once(sm80_fwd_kernel<T, HD, NW, MT, BN>, smem, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 forward: %s", cudaGetErrorString(e));
     const int64_t m_blocks = (p->Sq + BM - 1) / BM;
     if (m_blocks == 0 || p->B == 0 || p->Hq == 0) return FA_OK;
