@@ -210,6 +210,49 @@ static void test_conversions(const cpu_kernels *kr) {
     check(memcmp(w0, w1, sizeof w0) == 0, "pair_f32", kr->name, "");
 }
 
+/*
+ * End to end through the public API: the forward's few-row path (short query
+ * blocks, decode) and the transposed path against the float64 reference, for
+ * tiny and odd head dims (the few-row output buffer is sized by Dv rounded up
+ * to 16, which exceeds the transposed one when Dv < 8).
+ */
+static void test_small_head_dims(void) {
+    fa_context *cpu = NULL, *ref = NULL;
+    if (fa_context_create(&cpu) || fa_context_create(&ref)) {
+        check(0, "contexts", "api", fa_last_error());
+        return;
+    }
+    fa_context_set_backend(cpu, FA_BACKEND_CPU);
+    fa_context_set_backend(ref, FA_BACKEND_REFERENCE);
+    const int64_t sqs[] = {1, 3, 70}, dims[][2] = {{1, 1}, {5, 1}, {3, 7}, {7, 2}, {40, 3}};
+    for (size_t a = 0; a < 3; ++a)
+        for (size_t b = 0; b < 5; ++b) {
+            const int64_t B = 2, Sq = sqs[a], Sk = 130, Hq = 4, Hk = 2, D = dims[b][0], Dv = dims[b][1];
+            float *q = malloc(B * Sq * Hq * D * 4), *k = malloc(B * Sk * Hk * D * 4), *v = malloc(B * Sk * Hk * Dv * 4);
+            float *o0 = malloc(B * Sq * Hq * Dv * 4), *o1 = malloc(B * Sq * Hq * Dv * 4);
+            float *l0 = malloc(B * Hq * Sq * 4), *l1 = malloc(B * Hq * Sq * 4);
+            for (int64_t i = 0; i < B * Sq * Hq * D; ++i) q[i] = frand();
+            for (int64_t i = 0; i < B * Sk * Hk * D; ++i) k[i] = frand();
+            for (int64_t i = 0; i < B * Sk * Hk * Dv; ++i) v[i] = frand();
+            fa_tensor tq = fa_tensor_4d(q, FA_F32, B, Sq, Hq, D), tk = fa_tensor_4d(k, FA_F32, B, Sk, Hk, D);
+            fa_tensor tv = fa_tensor_4d(v, FA_F32, B, Sk, Hk, Dv);
+            fa_tensor to0 = fa_tensor_4d(o0, FA_F32, B, Sq, Hq, Dv), to1 = fa_tensor_4d(o1, FA_F32, B, Sq, Hq, Dv);
+            fa_tensor tl0 = fa_tensor_3d(l0, FA_F32, B, Hq, Sq), tl1 = fa_tensor_3d(l1, FA_F32, B, Hq, Sq);
+            fa_options op;
+            memset(&op, 0, sizeof op);
+            op.causal = (int)(b & 1);
+            int ok = fa_fwd(cpu, &tq, &tk, &tv, &op, &to0, &tl0) == FA_OK && fa_fwd(ref, &tq, &tk, &tv, &op, &to1, &tl1) == FA_OK;
+            char d[96];
+            float e = ok ? fmaxf(max_rel_err(o0, o1, B * Sq * Hq * Dv), max_rel_err(l0, l1, B * Hq * Sq)) : INFINITY;
+            snprintf(d, sizeof d, "Sq=%lld D=%lld Dv=%lld err=%g %s", (long long)Sq, (long long)D, (long long)Dv, e,
+                     ok ? "" : fa_last_error());
+            check(e < 1e-5f, "forward vs reference", "cpu", d);
+            free(q), free(k), free(v), free(o0), free(o1), free(l0), free(l1);
+        }
+    fa_context_destroy(cpu);
+    fa_context_destroy(ref);
+}
+
 static void test_set(const cpu_kernels *kr) {
     test_gemm_f32(kr);
     test_gemm_bf16(kr);
@@ -234,6 +277,7 @@ int main(void) {
 #else
     (void)f;
 #endif
+    test_small_head_dims();
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures != 0;
 }

@@ -17,6 +17,8 @@
 #define CPU_BN 96
 /* Query blocks per work item: they share each key tile while it is in cache. */
 #define CPU_QGROUP 8
+/* Blocks of at most this many rows (decode) take the few-row path of the forward. */
+#define CPU_FEW_ROWS 8
 
 /* Bytes are handed out from the workspace in 64-byte aligned pieces. */
 #define CPU_ALIGN 64

@@ -113,7 +113,9 @@ static size_t fwd_scratch_layout(const fa_problem *p, fwd_scratch *w, char *base
     for (int k = 0; k < CPU_QGROUP; ++k) {
         q_block *q = &w->blk[k];
         q->qt = cpu_take(&a, d * bm * 4);
-        q->ot = cpu_take(&a, dv * bm * 4);
+        /* O^T [Dv][BM], or on the few-row path O [rows][Dv rounded up to 16] (larger when Dv < 8) */
+        size_t few = (size_t)CPU_FEW_ROWS * (size_t)cpu_round_up(p->Dv, CPU_LANES);
+        q->ot = cpu_take(&a, (dv * bm > few ? dv * bm : few) * 4);
         q->m = cpu_take(&a, bm * 4);
         q->l = cpu_take(&a, bm * 4);
         q->alpha = cpu_take(&a, bm * 4);
@@ -298,7 +300,6 @@ static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split) {
  * head dimension along the lanes: scores by cpu_rowdot, the softmax on a
  * small transposed copy, and O += P V as a gemm with P broadcast.
  */
-#define CPU_FEW_ROWS 8
 
 static void pack_q_rows(const fwd_job *job, q_block *q, int64_t b) {
     const fa_problem *p = job->p;
@@ -379,7 +380,9 @@ static void start_block(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
     if (q->kmin < q->kmax) {
         if (q->natural) pack_q_rows(job, q, b);
         else pack_q(job, q, b, w->kbuf);
-        memset(q->ot, 0, (size_t)(p->Dv * q->ncols) * sizeof(float));
+        /* O^T [Dv][ncols], or O [rows][Dv rounded up to 16] on the few-row path */
+        int64_t o_size = q->natural ? q->nrows * cpu_round_up(p->Dv, CPU_LANES) : p->Dv * q->ncols;
+        memset(q->ot, 0, (size_t)o_size * sizeof(float));
     }
 }
 
