@@ -24,7 +24,11 @@ mkdir -p "$LOGS"
 JOBS="$(nproc 2>/dev/null || echo 4)"
 status=0
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$LOGS/summary.log"
+if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/summary.log" 2>&1; then
+    echo "gpu_test: no usable NVIDIA GPU here; the CUDA tests would only skip" | tee -a "$LOGS/summary.log"
+    exit 1
+fi
+cat "$LOGS/summary.log"
 
 # ---- 1. build (or unpack a prebuilt tree) ----------------------------------
 if [ -n "${FA_PREBUILT:-}" ]; then
