@@ -54,7 +54,7 @@ __global__ void sm80_split_combine(const __grid_constant__ fa_problem p, int spl
 /* Key tile of the forward for this head dimension (fwd.cu's table). */
 static int fwd_block_n(const fa_problem *p) {
     const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
-    return hd <= 128 ? 64 : 32;
+    return hd <= 64 ? 64 : 32;
 }
 
 /*
