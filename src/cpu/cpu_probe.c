@@ -96,6 +96,8 @@ const char *fa_cpu_feature_string(void) {
 
 /* ---- peak FLOP rate ------------------------------------------------------ */
 
+#ifdef CPU_X86 /* the rate loops are x86 SIMD; elsewhere the peak reads 0 */
+
 typedef struct peak_job {
     double (*loop)(long iters);
     long iters;
@@ -134,6 +136,8 @@ static double measure_rate(double (*loop)(long), int threads, double seconds) {
     }
     return best;
 }
+
+#endif
 
 double fa_cpu_peak_gflops(int threads, int bf16) {
     const cpu_features *f = cpu_detect_features();
