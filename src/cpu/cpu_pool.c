@@ -50,7 +50,7 @@ static void *worker_main(void *start) {
     for (;;) {
         while (pool.generation == seen) pthread_cond_wait(&pool.wake, &pool.lock);
         seen = pool.generation;
-        /* Take a worker id if this job still wants helpers. */
+        /* Take a worker id if this job still wants more threads. */
         int id = atomic_fetch_add(&pool.next_worker_id, 1);
         if (id > pool.n_wanted) continue;
         pthread_mutex_unlock(&pool.lock);
@@ -100,13 +100,13 @@ int cpu_parallel_for(int64_t n_tasks, int n_threads, cpu_task_fn task, void *arg
     pthread_mutex_lock(&job_lock);
     pthread_mutex_lock(&pool.lock);
     grow_pool(n_threads - 1);
-    int helpers = pool.n_workers < n_threads - 1 ? pool.n_workers : n_threads - 1;
+    int extra = pool.n_workers < n_threads - 1 ? pool.n_workers : n_threads - 1;
     pool.task = task;
     pool.arg = arg;
     pool.n_tasks = n_tasks;
     atomic_store(&pool.next, 0);
     atomic_store(&pool.next_worker_id, 1);
-    pool.n_wanted = helpers;
+    pool.n_wanted = extra;
     pool.n_finished = 0;
     pool.generation++;
     pthread_cond_broadcast(&pool.wake);
