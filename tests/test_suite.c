@@ -298,6 +298,16 @@ static void head_dims(fa_dtype dt) {
         c.opts.causal = (i % 2) == 1;
         run_case(&c);
     }
+    /* Head dims below one SIMD vector, with few query rows (decode-sized blocks)
+     * and with a tail block after full ones. */
+    static const int64_t tiny[] = {1, 2, 3, 5, 7};
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; ++i) {
+        scase c = make("tiny head dim, few rows", dt, 1, 3, 50, 4, 2, tiny[i], tiny[i]);
+        c.opts.causal = (i % 2) == 0;
+        run_case(&c);
+        c = make("tiny head dim, tail block", dt, 1, 70, 90, 2, 1, tiny[i], 8 - tiny[i]);
+        run_case(&c);
+    }
     static const int64_t pairs[][2] = {{128, 64}, {64, 128}, {40, 96}, {192, 128}, {1, 7}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
         scase c = make("D != Dv", dt, 1, 70, 129, 2, 2, pairs[i][0], pairs[i][1]);
