@@ -62,12 +62,15 @@ static void format_rate(char *buf, size_t len, const cli_result *r) {
     else snprintf(buf, len, "%.4g GFLOP/s", r->flops / s * 1e-9);
 }
 
-/* "41% f32": the fraction of the ceiling that bounds this row (read bandwidth
- * for decoding, the bf16 dot-product peak for bf16, else the f32 FMA peak). */
+/* "41% f32": the fraction of the ceiling that bounds this row: read bandwidth
+ * for decoding; for bf16 the higher of the bf16 dot-product and f32 FMA peaks
+ * (the CPU backend widens bf16 to f32 where the dot product is the slower);
+ * else the f32 FMA peak. */
 static void format_fraction(char *buf, size_t len, const cli_result *r) {
     if (r->bytes > 0 && r->frac_bandwidth >= 0) snprintf(buf, len, "%.0f%% bw", 100 * r->frac_bandwidth);
     else if (r->bytes > 0) snprintf(buf, len, "-");
-    else if (r->frac_peak_bf16 >= 0) snprintf(buf, len, "%.0f%% bf16", 100 * r->frac_peak_bf16);
+    else if (r->frac_peak_bf16 >= 0 && (r->frac_peak < 0 || r->frac_peak_bf16 <= r->frac_peak))
+        snprintf(buf, len, "%.0f%% bf16", 100 * r->frac_peak_bf16);
     else if (r->frac_peak >= 0) snprintf(buf, len, "%.0f%% f32", 100 * r->frac_peak);
     else snprintf(buf, len, "-");
 }
