@@ -226,16 +226,27 @@ static void load_tile(const fwd_job *job, fwd_scratch *w, int64_t b, int64_t kvh
     }
 }
 
-/* Asks for the K and V rows of the next tile while this one is computed:
- * each row sits in its own page, where the hardware prefetchers stop. */
-static void prefetch_tile(const fwd_job *job, int64_t b, int64_t kvh, int64_t j0, int64_t nj) {
+/* Asks for rows [j0, j0 + nj) of K (want_k) and V (want_v) of the next tile
+ * while this one is computed: each row sits in its own page, where the
+ * hardware prefetchers stop. Callers spread a tile's requests over its work:
+ * a whole tile at once (~1500 lines) stalls on the few line-fill buffers. */
+typedef struct tile_prefetch {
+    int64_t b, kvh, j0, nj; /* the next tile; nj = 0 when there is none */
+} tile_prefetch;
+
+static void prefetch_rows(const fwd_job *job, const tile_prefetch *t, int64_t from, int64_t to, int want_k, int want_v) {
     const fa_problem *p = job->p;
     const int64_t es = (int64_t)fa_dtype_size(p->dtype);
-    for (int64_t j = 0; j < nj; ++j) {
-        const char *kr = row_ptr(&p->k, p->dtype, fa_k_offset(p, &p->k, b, j0 + j, kvh));
-        const char *vr = row_ptr(&p->v, p->dtype, fa_k_offset(p, &p->v, b, j0 + j, kvh));
-        for (int64_t off = 0; off < p->D * es; off += 64) __builtin_prefetch(kr + off, 0, 2);
-        for (int64_t off = 0; off < p->Dv * es; off += 64) __builtin_prefetch(vr + off, 0, 2);
+    if (to > t->nj) to = t->nj;
+    for (int64_t j = from; j < to; ++j) {
+        if (want_k) {
+            const char *kr = row_ptr(&p->k, p->dtype, fa_k_offset(p, &p->k, t->b, t->j0 + j, t->kvh));
+            for (int64_t off = 0; off < p->D * es; off += 64) __builtin_prefetch(kr + off, 0, 2);
+        }
+        if (want_v) {
+            const char *vr = row_ptr(&p->v, p->dtype, fa_k_offset(p, &p->v, t->b, t->j0 + j, t->kvh));
+            for (int64_t off = 0; off < p->Dv * es; off += 64) __builtin_prefetch(vr + off, 0, 2);
+        }
     }
 }
 
@@ -309,15 +320,23 @@ static void pack_q_rows(const fwd_job *job, q_block *q, int64_t b) {
                          qn + c * p->D, p->D);
 }
 
-static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t b, int64_t j0, int64_t nj) {
+/* Keys per chunk of the few-row path: the next tile's rows are prefetched chunk by chunk. */
+#define ROWS_CHUNK 24
+
+static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t b, int64_t j0, int64_t nj,
+                            const tile_prefetch *pf) {
     const fa_problem *p = job->p;
     const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), ncols = q->ncols, R = q->nrows;
     const int64_t dvpad = cpu_round_up(p->Dv, CPU_LANES);
     float *sn = w->pp_f32; /* natural scores [R][CPU_BN] */
-    if (w->raw_bf16)
-        job->kr->rowdot_bf16((int)R, nj, p->D, q->qt, p->D, w->kraw, p->k.ss, sn, CPU_BN);
-    else
-        job->kr->rowdot((int)R, nj, p->D, q->qt, p->D, w->ka, w->ka_rs, sn, CPU_BN);
+    for (int64_t jc = 0; jc < nj; jc += ROWS_CHUNK) { /* the next tile's K rows ride along */
+        int64_t n = nj - jc < ROWS_CHUNK ? nj - jc : ROWS_CHUNK;
+        if (w->raw_bf16)
+            job->kr->rowdot_bf16((int)R, n, p->D, q->qt, p->D, w->kraw + jc * p->k.ss, p->k.ss, sn + jc, CPU_BN);
+        else
+            job->kr->rowdot((int)R, n, p->D, q->qt, p->D, (const float *)w->ka + jc * w->ka_rs, w->ka_rs, sn + jc, CPU_BN);
+        prefetch_rows(job, pf, jc, jc + ROWS_CHUNK, 1, 0);
+    }
     for (int64_t j = 0; j < nj; ++j) /* transposed copy for the column softmax */
         for (int64_t c = 0; c < ncols; ++c) w->s[j * ncols + c] = c < R ? sn[c * CPU_BN + j] : 0.0f;
     float c = cpu_score_options(p, b, sq, sk, j0, nj, ncols, R, q->head, q->row, w->s, NULL);
@@ -335,10 +354,16 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
         for (int64_t d = 0; d < dvpad; ++d) o[d] *= a;
     }
     /* O[r][:] += sum_j P^T[j][r] V[j][:]; V rows are Dv apart, the padded columns are ignored */
-    if (w->raw_bf16) /* Dv is a multiple of 16 here: no read past a row */
-        cpu_gemm_f32_bf16b(job->kr, R, dvpad, nj, w->s, 1, ncols, w->vraw, p->v.ss, q->ot, dvpad, 1, NULL);
-    else
-        cpu_gemm_f32(job->kr, R, dvpad, nj, w->s, 1, ncols, w->vbuf, p->Dv, q->ot, dvpad, 1, NULL);
+    for (int64_t jc = 0; jc < nj; jc += ROWS_CHUNK) { /* the next tile's V rows ride along */
+        int64_t n = nj - jc < ROWS_CHUNK ? nj - jc : ROWS_CHUNK;
+        if (w->raw_bf16) /* Dv is a multiple of 16 here: no read past a row */
+            cpu_gemm_f32_bf16b(job->kr, R, dvpad, n, w->s + jc * ncols, 1, ncols, w->vraw + jc * p->v.ss, p->v.ss, q->ot,
+                               dvpad, 1, NULL);
+        else
+            cpu_gemm_f32(job->kr, R, dvpad, n, w->s + jc * ncols, 1, ncols, (const float *)w->vbuf + jc * p->Dv, p->Dv,
+                         q->ot, dvpad, 1, NULL);
+        prefetch_rows(job, pf, jc, jc + ROWS_CHUNK, 0, 1);
+    }
 }
 
 /* Sets up a block of rows (heads hq0 .. hq0 + nh, queries i0 .. i0 + ni) over keys [kb, ke). */
@@ -457,13 +482,19 @@ static void fwd_task(void *arg, int64_t t, int worker) {
         } else {
             load_tile(job, &w, b, kvh, j0, nj);
         }
-        if (j0 + CPU_BN < kmax)
-            prefetch_tile(job, b, kvh, j0 + CPU_BN, kmax - j0 - CPU_BN < CPU_BN ? kmax - j0 - CPU_BN : CPU_BN);
+        tile_prefetch pf = {b, kvh, j0 + CPU_BN, 0};
+        if (j0 + CPU_BN < kmax) pf.nj = kmax - pf.j0 < CPU_BN ? kmax - pf.j0 : CPU_BN;
+        int64_t pf_done = 0; /* rows of the next tile asked for so far: a share after each block */
         for (int k = 0; k < nb; ++k) {
             q_block *q = &w.blk[k];
-            if (q->kmin >= j0 + nj || q->kmax <= j0) continue; /* a tile the block cannot see */
-            if (q->natural) block_step_rows(job, &w, q, b, j0, nj);
-            else block_step(job, &w, q, b, j0, nj);
+            int sees = q->kmin < j0 + nj && q->kmax > j0; /* else a tile the block cannot see */
+            if (sees && q->natural) block_step_rows(job, &w, q, b, j0, nj, &pf); /* prefetches as it goes */
+            else if (sees) block_step(job, &w, q, b, j0, nj);
+            if (!sees || !q->natural) {
+                int64_t upto = pf.nj * (k + 1) / nb;
+                prefetch_rows(job, &pf, pf_done, upto, 1, 1);
+                pf_done = upto;
+            }
         }
     }
     for (int k = 0; k < nb; ++k) finish_block(job, &w.blk[k], b, split);
