@@ -97,7 +97,8 @@ typedef struct fwd_scratch {
     uint32_t *pp;      /* P^T as bf16 pairs [CPU_BN/2][CPU_BM] */
     float *pp_f32;     /* few-row path: natural scores [CPU_FEW_ROWS][CPU_BN] (same memory) */
     void *kbuf;        /* packed K tile: f32 [BN][D] or bf16 pairs [BN][D/2] */
-    void *vbuf;        /* packed V tile: f32 [BN][Dv] or bf16 pairs [BN/2][Dv] */
+    void *vbuf;        /* packed V tile: f32 [BN][v_rs] or bf16 pairs [BN/2][v_rs] */
+    int64_t v_rs;      /* its row stride: Dv plus a line, so consecutive rows fall in different L1 sets */
     const void *ka;    /* the K tile the score kernel reads (kbuf, or K in place) */
     int64_t ka_rs;     /* its row stride in elements (f32) or words (pairs) */
     int raw_bf16;      /* few-row blocks read bf16 K and V in place (no tile copy) */
@@ -128,7 +129,8 @@ static size_t fwd_scratch_layout(const fa_problem *p, fwd_scratch *w, char *base
     w->pp = cpu_take(&a, bn / 2 * bm * 4); /* >= 8 * CPU_BN floats */
     w->pp_f32 = (float *)(void *)w->pp;
     w->kbuf = cpu_take(&a, bn * (d + 1) * 4);
-    w->vbuf = cpu_take(&a, (bn * (dv + 1) + 16) * 4); /* slack: padded-width reads of the last row */
+    w->vbuf = cpu_take(&a, (bn * (dv + CPU_LANES) + 16) * 4); /* slack: padded-width reads of the last row */
+    w->v_rs = (int64_t)dv + CPU_LANES;
     w->lo_rel = cpu_take(&a, bm * 4);
     w->hi_rel = cpu_take(&a, bm * 4);
     return (size_t)(a.next - base);
@@ -213,13 +215,13 @@ static void load_tile(const fwd_job *job, fwd_scratch *w, int64_t b, int64_t kvh
         for (int64_t k = 0; k < (nj + 1) / 2; ++k) {
             const uint16_t *r0 = (const uint16_t *)row_ptr(&p->v, p->dtype, fa_k_offset(p, &p->v, b, j0 + 2 * k, kvh));
             const uint16_t *r1 = 2 * k + 1 < nj ? (const uint16_t *)row_ptr(&p->v, p->dtype, fa_k_offset(p, &p->v, b, j0 + 2 * k + 1, kvh)) : NULL;
-            job->kr->pair_bf16(r0, r1, vb + k * p->Dv, p->Dv); /* (v_j, v_j+1) pairs along the key axis */
+            job->kr->pair_bf16(r0, r1, vb + k * w->v_rs, p->Dv); /* (v_j, v_j+1) pairs along the key axis */
         }
     } else {
         float *kb = w->kbuf, *vb = w->vbuf;
         for (int64_t j = 0; j < nj; ++j) {
             cpu_load_row_f32(job->kr, p->dtype, row_ptr(&p->k, p->dtype, fa_k_offset(p, &p->k, b, j0 + j, kvh)), kb + j * p->D, p->D);
-            cpu_load_row_f32(job->kr, p->dtype, row_ptr(&p->v, p->dtype, fa_k_offset(p, &p->v, b, j0 + j, kvh)), vb + j * p->Dv, p->Dv);
+            cpu_load_row_f32(job->kr, p->dtype, row_ptr(&p->v, p->dtype, fa_k_offset(p, &p->v, b, j0 + j, kvh)), vb + j * w->v_rs, p->Dv);
         }
         w->ka = kb;
         w->ka_rs = p->D;
@@ -267,9 +269,9 @@ static void tile_update(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
         int64_t jp = (nj + 1) / 2;
         for (int64_t k = 0; k < jp; ++k)
             job->kr->pair_f32(w->s + 2 * k * ncols, 2 * k + 1 < nj ? w->s + (2 * k + 1) * ncols : NULL, w->pp + k * ncols, ncols);
-        cpu_gemm_bf16(job->kr, p->Dv, ncols, jp, w->vbuf, 1, p->Dv, w->pp, ncols, q->ot, ncols, 1, q->alpha);
+        cpu_gemm_bf16(job->kr, p->Dv, ncols, jp, w->vbuf, 1, w->v_rs, w->pp, ncols, q->ot, ncols, 1, q->alpha);
     } else {
-        cpu_gemm_f32(job->kr, p->Dv, ncols, nj, w->vbuf, 1, p->Dv, w->s, ncols, q->ot, ncols, 1, q->alpha);
+        cpu_gemm_f32(job->kr, p->Dv, ncols, nj, w->vbuf, 1, w->v_rs, w->s, ncols, q->ot, ncols, 1, q->alpha);
     }
 }
 
@@ -360,7 +362,7 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
             cpu_gemm_f32_bf16b(job->kr, R, dvpad, n, w->s + jc * ncols, 1, ncols, w->vraw + jc * p->v.ss, p->v.ss, q->ot,
                                dvpad, 1, NULL);
         else
-            cpu_gemm_f32(job->kr, R, dvpad, n, w->s + jc * ncols, 1, ncols, (const float *)w->vbuf + jc * p->Dv, p->Dv,
+            cpu_gemm_f32(job->kr, R, dvpad, n, w->s + jc * ncols, 1, ncols, (const float *)w->vbuf + jc * w->v_rs, w->v_rs,
                          q->ot, dvpad, 1, NULL);
         prefetch_rows(job, pf, jc, jc + ROWS_CHUNK, 0, 1);
     }
