@@ -33,6 +33,8 @@ typedef struct fwd_geometry {
     int64_t head_groups;   /* blocks needed to cover the G heads of a kv head */
     int64_t q_blocks;      /* blocks along the (longest) query sequence */
     int64_t q_items;       /* groups of CPU_QGROUP blocks: one work item each */
+    int64_t kv_per_item;   /* kv heads of a work item (several only with one block per kv head) */
+    int64_t kv_items;      /* groups of kv_per_item kv heads */
     int nsplit;            /* key chunks */
     int64_t chunk;         /* keys per chunk, a multiple of CPU_BN */
 } fwd_geometry;
@@ -50,6 +52,12 @@ static fwd_geometry fwd_geometry_of(const fa_problem *p, int nsplit) {
     g.head_groups = (G + g.heads_per_block - 1) / g.heads_per_block;
     g.q_blocks = (sq + g.rows_per_head - 1) / g.rows_per_head;
     g.q_items = (g.q_blocks + CPU_QGROUP - 1) / CPU_QGROUP;
+    /* Short queries (decode): one item takes the blocks of up to CPU_QGROUP kv
+     * heads and walks their keys together, so it reads the cache rows of
+     * neighbouring heads (adjacent in memory) back to back. */
+    g.kv_per_item = 1;
+    if (g.heads_per_block > 1 && g.head_groups == 1) g.kv_per_item = p->Hk < CPU_QGROUP ? p->Hk : CPU_QGROUP;
+    g.kv_items = (p->Hk + g.kv_per_item - 1) / g.kv_per_item;
     g.nsplit = nsplit;
     int64_t sk = p->Sk > 0 ? p->Sk : 1;
     g.chunk = cpu_round_up((sk + nsplit - 1) / nsplit, CPU_BN);
@@ -57,7 +65,7 @@ static fwd_geometry fwd_geometry_of(const fa_problem *p, int nsplit) {
 }
 
 static int64_t fwd_items(const fa_problem *p, const fwd_geometry *g) {
-    return g->q_items * p->B * p->Hk * g->head_groups;
+    return g->q_items * p->B * g->kv_items * g->head_groups;
 }
 
 int cpu_forward_splits(const fa_problem *p, const fa_exec *x, int requested) {
@@ -240,6 +248,7 @@ static void prefetch_rows(const fwd_job *job, const tile_prefetch *t, int64_t fr
     const fa_problem *p = job->p;
     const int64_t es = (int64_t)fa_dtype_size(p->dtype);
     if (to > t->nj) to = t->nj;
+
     for (int64_t j = from; j < to; ++j) {
         if (want_k) {
             const char *kr = row_ptr(&p->k, p->dtype, fa_k_offset(p, &p->k, t->b, t->j0 + j, t->kvh));
@@ -437,17 +446,17 @@ static void fwd_task(void *arg, int64_t t, int worker) {
     const fa_problem *p = job->p;
     const fwd_geometry *g = &job->g;
     /* Biggest items first: later query blocks see the most keys under a causal mask. */
-    int64_t per_item = p->B * p->Hk * g->head_groups * g->nsplit;
+    int64_t per_item = p->B * g->kv_items * g->head_groups * g->nsplit;
     int64_t qi = g->q_items - 1 - t / per_item, r = t % per_item;
     int split = (int)(r % g->nsplit);
     r /= g->nsplit;
     int64_t grp = r % g->head_groups;
     r /= g->head_groups;
-    int64_t kvh = r % p->Hk, b = r / p->Hk;
+    int64_t kvh0 = r % g->kv_items * g->kv_per_item, b = r / g->kv_items;
+    int64_t nkv = p->Hk - kvh0 < g->kv_per_item ? p->Hk - kvh0 : g->kv_per_item; /* kv heads of the item */
 
     int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
     int64_t G = p->Hq / p->Hk;
-    int64_t hq0 = kvh * G + grp * g->heads_per_block;
     int64_t nh = G - grp * g->heads_per_block < g->heads_per_block ? G - grp * g->heads_per_block : g->heads_per_block;
     int64_t kb = split * g->chunk, ke = kb + g->chunk < sk ? kb + g->chunk : sk;
     if (ke < kb) ke = kb;
@@ -456,46 +465,58 @@ static void fwd_task(void *arg, int64_t t, int worker) {
     fwd_scratch w;
     fwd_scratch_layout(p, &w, job->scratch + (size_t)worker * job->scratch_bytes);
     int nb = 0;
+    int first[CPU_QGROUP + 1]; /* blocks first[h] .. first[h + 1] belong to kv head kvh0 + h */
     int64_t kmin = ke, kmax = kb;
-    for (int k = 0; k < CPU_QGROUP; ++k) {
-        int64_t i0, ni;
-        if (g->heads_per_block > 1) { /* one block holds all rows of its heads */
-            if (k > 0) break;
-            i0 = 0;
-            ni = sq;
-        } else {
-            i0 = (qi * CPU_QGROUP + k) * g->rows_per_head;
-            ni = sq - i0 < g->rows_per_head ? sq - i0 : g->rows_per_head;
+    for (int64_t h = 0; h < nkv; ++h) {
+        first[h] = nb;
+        int64_t hq0 = (kvh0 + h) * G + grp * g->heads_per_block;
+        for (int k = 0; k < CPU_QGROUP; ++k) {
+            int64_t i0, ni;
+            if (g->heads_per_block > 1) { /* one block holds all rows of its heads */
+                if (k > 0) break;
+                i0 = 0;
+                ni = sq;
+            } else {
+                i0 = (qi * CPU_QGROUP + k) * g->rows_per_head;
+                ni = sq - i0 < g->rows_per_head ? sq - i0 : g->rows_per_head;
+            }
+            if (ni <= 0) break;
+            q_block *q = &w.blk[nb++];
+            start_block(job, &w, q, b, hq0, nh, i0, ni, kb, ke);
+            if (q->kmin < kmin) kmin = q->kmin;
+            if (q->kmax > kmax) kmax = q->kmax;
         }
-        if (ni <= 0) break;
-        q_block *q = &w.blk[nb++];
-        start_block(job, &w, q, b, hq0, nh, i0, ni, kb, ke);
-        if (q->kmin < kmin) kmin = q->kmin;
-        if (q->kmax > kmax) kmax = q->kmax;
     }
+    first[nkv] = nb;
     /* Few-row blocks over a contiguous bf16 cache read it in place, once. */
     w.raw_bf16 = p->dtype == FA_BF16 && !p->block_table && p->Dv % CPU_LANES == 0;
     for (int k = 0; k < nb; ++k) w.raw_bf16 &= w.blk[k].natural;
     for (int64_t j0 = kmin; j0 < kmax; j0 += CPU_BN) {
         int64_t nj = kmax - j0 < CPU_BN ? kmax - j0 : CPU_BN;
-        if (w.raw_bf16) {
-            w.kraw = (const uint16_t *)p->k.data + fa_k_offset(p, &p->k, b, j0, kvh);
-            w.vraw = (const uint16_t *)p->v.data + fa_k_offset(p, &p->v, b, j0, kvh);
-        } else {
-            load_tile(job, &w, b, kvh, j0, nj);
-        }
-        tile_prefetch pf = {b, kvh, j0 + CPU_BN, 0};
-        if (j0 + CPU_BN < kmax) pf.nj = kmax - pf.j0 < CPU_BN ? kmax - pf.j0 : CPU_BN;
-        int64_t pf_done = 0; /* rows of the next tile asked for so far: a share after each block */
-        for (int k = 0; k < nb; ++k) {
-            q_block *q = &w.blk[k];
-            int sees = q->kmin < j0 + nj && q->kmax > j0; /* else a tile the block cannot see */
-            if (sees && q->natural) block_step_rows(job, &w, q, b, j0, nj, &pf); /* prefetches as it goes */
-            else if (sees) block_step(job, &w, q, b, j0, nj);
-            if (!sees || !q->natural) {
-                int64_t upto = pf.nj * (k + 1) / nb;
-                prefetch_rows(job, &pf, pf_done, upto, 1, 1);
-                pf_done = upto;
+        for (int64_t h = 0; h < nkv; ++h) {
+            int64_t kvh = kvh0 + h, nbh = first[h + 1] - first[h];
+            int sees_any = 0;
+            for (int k = first[h]; k < first[h + 1]; ++k) sees_any |= w.blk[k].kmin < j0 + nj && w.blk[k].kmax > j0;
+            if (!sees_any) continue; /* no block of this head sees the tile */
+            if (w.raw_bf16) {
+                w.kraw = (const uint16_t *)p->k.data + fa_k_offset(p, &p->k, b, j0, kvh);
+                w.vraw = (const uint16_t *)p->v.data + fa_k_offset(p, &p->v, b, j0, kvh);
+            } else {
+                load_tile(job, &w, b, kvh, j0, nj);
+            }
+            tile_prefetch pf = {b, kvh, j0 + CPU_BN, 0};
+            if (j0 + CPU_BN < kmax) pf.nj = kmax - pf.j0 < CPU_BN ? kmax - pf.j0 : CPU_BN;
+            int64_t pf_done = 0; /* rows of the next tile asked for so far: a share after each block */
+            for (int k = first[h]; k < first[h + 1]; ++k) {
+                q_block *q = &w.blk[k];
+                int sees = q->kmin < j0 + nj && q->kmax > j0; /* else a tile the block cannot see */
+                if (sees && q->natural) block_step_rows(job, &w, q, b, j0, nj, &pf); /* prefetches as it goes */
+                else if (sees) block_step(job, &w, q, b, j0, nj);
+                if (!sees || !q->natural) {
+                    int64_t upto = pf.nj * (k - first[h] + 1) / nbh;
+                    prefetch_rows(job, &pf, pf_done, upto, 1, 1);
+                    pf_done = upto;
+                }
             }
         }
     }
