@@ -4,9 +4,10 @@
  * A block is up to CPU_BM query rows of one sequence that share a kv head
  * (rows of several query heads of a GQA group when the sequence is short,
  * so a decode step reads each key once for the whole group). A work item is
- * up to CPU_QGROUP consecutive blocks and one chunk of the keys; each key
- * tile is copied once and used by every block of the item. For every tile
- * of CPU_BN keys and every block:
+ * up to CPU_QGROUP consecutive blocks of one kv head, or with such short
+ * sequences one block of each of up to CPU_QGROUP kv heads, and one chunk
+ * of the keys; each key tile of a kv head is copied once and used by every
+ * block of that head. For every tile of CPU_BN keys and every block:
  *
  *     S^T = K_tile . Q^T          (cpu_gemm: broadcast K, Q^T packed once)
  *     P^T, m, l, alpha = online softmax of S^T, column by column
