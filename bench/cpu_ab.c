@@ -6,9 +6,10 @@
  *   LD_LIBRARY_PATH=old/ ./cpu_ab full 5;  LD_LIBRARY_PATH=new/ ./cpu_ab full 5
  *
  * where old/ and new/ each hold a libflashattn.so.0; alternate the two a few
- * times. Modes: full, causal (f32 forward, batch 1, H heads, seqlen S, head
- * dim 128) and dec (decode: 1 query, 4096 cached keys, 32 query heads over 8
- * kv heads, bf16, batch B). Environment: T threads (2), H (8), S (4096), B (1).
+ * times. Modes: full, causal (forward, batch B, H heads, seqlen S, head
+ * dim D, f32 or DT=bf16), bwd, bwdc (the backward, full or causal) and dec (decode: 1 query, 4096 cached keys, 32 query heads over 8
+ * kv heads, bf16, batch B). Environment: T threads (2), H (8), S (4096), B (1),
+ * D (128), DT (f32). The project's default bench shape: B=2 H=16 S=1024 D=64 DT=bf16 causal.
  * Prints the best and the median time and the rate of the best run.
  */
 #include <flashattn.h>
@@ -48,7 +49,7 @@ static double times[MAX_RUNS];
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: cpu_ab full|causal|dec RUNS\n");
+        fprintf(stderr, "usage: cpu_ab full|causal|bwd|bwdc|dec RUNS\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -88,24 +89,41 @@ int main(int argc, char **argv) {
             if (r >= 0) times[r] = now_seconds() - t0;
         }
     } else {
-        int64_t B = 1, H = env_int("H", 8), D = 128, S = env_int("S", 4096);
-        size_t n = (size_t)(B * S * H * D);
-        float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *out = malloc(n * 4);
+        /* Forward (full, causal) or backward (bwd, bwdc: causal) of one shape:
+         * B (1), H (8), S (4096), D (128), DT=bf16 for bf16 storage (f32). */
+        int64_t B = env_int("B", 1), H = env_int("H", 8), D = env_int("D", 128), S = env_int("S", 4096);
+        const char *dt = getenv("DT");
+        int bf16 = dt && !strcmp(dt, "bf16");
+        fa_dtype t = bf16 ? FA_BF16 : FA_F32;
+        size_t es = bf16 ? 2 : 4, n = (size_t)(B * S * H * D);
+        int bwd = !strncmp(mode, "bwd", 3);
+        char *q = malloc(n * es), *k = malloc(n * es), *v = malloc(n * es), *out = malloc(n * es);
+        char *dout = malloc(n * es), *dq = malloc(n * es), *dk = malloc(n * es), *dv = malloc(n * es);
         float *lse = malloc((size_t)(B * H * S) * 4);
-        for (size_t i = 0; i < n; ++i) {
-            q[i] = uniform();
-            k[i] = uniform();
-            v[i] = uniform();
-        }
-        fa_tensor tq = fa_tensor_4d(q, FA_F32, B, S, H, D), tk = fa_tensor_4d(k, FA_F32, B, S, H, D);
-        fa_tensor tv = fa_tensor_4d(v, FA_F32, B, S, H, D), to = fa_tensor_4d(out, FA_F32, B, S, H, D);
+        char *fill[4] = {q, k, v, dout};
+        for (int a = 0; a < 4; ++a)
+            for (size_t i = 0; i < n; ++i) {
+                float x = uniform();
+                if (bf16) ((uint16_t *)fill[a])[i] = bf16_of(x);
+                else ((float *)fill[a])[i] = x;
+            }
+        fa_tensor tq = fa_tensor_4d(q, t, B, S, H, D), tk = fa_tensor_4d(k, t, B, S, H, D);
+        fa_tensor tv = fa_tensor_4d(v, t, B, S, H, D), to = fa_tensor_4d(out, t, B, S, H, D);
+        fa_tensor tdo = fa_tensor_4d(dout, t, B, S, H, D), tdq = fa_tensor_4d(dq, t, B, S, H, D);
+        fa_tensor tdk = fa_tensor_4d(dk, t, B, S, H, D), tdv = fa_tensor_4d(dv, t, B, S, H, D);
         fa_tensor tl = fa_tensor_3d(lse, FA_F32, B, H, S);
-        o.causal = !strcmp(mode, "causal");
-        work = 4.0 * (double)(B * H * S * S * D) / (o.causal ? 2.0 : 1.0);
+        o.causal = !strcmp(mode, "causal") || !strcmp(mode, "bwdc");
+        work = 4.0 * (double)(B * H * S * S * D) / (o.causal ? 2.0 : 1.0) * (bwd ? 2.5 : 1.0);
         unit = "GFLOP/s";
+        if (bwd && fa_fwd(ctx, &tq, &tk, &tv, &o, &to, &tl) != FA_OK) {
+            fprintf(stderr, "%s\n", fa_last_error());
+            return 1;
+        }
         for (int r = -1; r < runs; ++r) { /* one untimed run first */
             double t0 = now_seconds();
-            if (fa_fwd(ctx, &tq, &tk, &tv, &o, &to, &tl) != FA_OK) {
+            fa_status st = bwd ? fa_bwd(ctx, &tdo, &tq, &tk, &tv, &to, &tl, &o, &tdq, &tdk, &tdv)
+                               : fa_fwd(ctx, &tq, &tk, &tv, &o, &to, &tl);
+            if (st != FA_OK) {
                 fprintf(stderr, "%s\n", fa_last_error());
                 return 1;
             }

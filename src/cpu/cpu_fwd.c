@@ -427,6 +427,9 @@ static void start_block(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
 static void block_step(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t b, int64_t j0, int64_t nj) {
     const fa_problem *p = job->p;
     const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), ncols = q->ncols;
+    /* Keys past the block's last visible one (the causal diagonal's tile) are
+     * left out, rounded up to whole micro-tile rows; the mask covers the rest. */
+    if (q->kmax - j0 < nj) nj = cpu_round_up(q->kmax - j0, CPU_MR) < nj ? cpu_round_up(q->kmax - j0, CPU_MR) : nj;
     tile_scores(job, w, q, nj);
     float c = cpu_score_options(p, b, sq, sk, j0, nj, ncols, q->nrows, q->head, q->row, w->s, NULL);
     /* Masks only where some row's range cuts this tile. */
