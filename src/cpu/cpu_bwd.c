@@ -162,7 +162,7 @@ static void block_step(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t g,
     const cpu_kernels *kr = job->kr;
     const int64_t ni = sq - i0 < CPU_BM ? sq - i0 : CPU_BM, ncols = cpu_round_up(ni, CPU_LANES);
     const int64_t head = w->head[0]; /* the query head, set by the caller */
-    int64_t lo_max = 0, hi_min = sk, any = 0;
+    int64_t lo_max = 0, hi_min = sk, any = 0, kmax = j0;
     for (int64_t c = 0; c < ncols; ++c) {
         int64_t lo = 0, hi = 0;
         w->head[c] = (int32_t)head;
@@ -170,6 +170,7 @@ static void block_step(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t g,
         if (c < ni) {
             fa_key_range(p, sq, sk, i0 + c, &lo, &hi);
             if (lo < j0 + nj && hi > j0 && lo < hi) any = 1;
+            if (lo < hi && hi > kmax) kmax = hi;
             if (lo > lo_max) lo_max = lo;
             if (hi < hi_min) hi_min = hi;
         }
@@ -177,6 +178,9 @@ static void block_step(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t g,
         w->hi[c] = (int32_t)hi;
     }
     if (!any) return; /* no row of the block sees this tile */
+    /* Keys past the block's last visible one (the causal diagonal's tile) are
+     * left out, rounded up to whole micro-tile rows; the mask covers the rest. */
+    if (kmax - j0 < nj) nj = cpu_round_up(kmax - j0, CPU_MR) < nj ? cpu_round_up(kmax - j0, CPU_MR) : nj;
 
     const float *qt = w->qt + (g * d->sqp / CPU_BM + i0 / CPU_BM) * p->D * CPU_BM;
     const float *dot = w->dot + (g * d->sqp / CPU_BM + i0 / CPU_BM) * p->Dv * CPU_BM;
