@@ -208,6 +208,18 @@ static void test_conversions(const cpu_kernels *kr) {
     kr->pair_f32(p0, p1, w0, N);
     cpu_pair_f32_generic(p0, p1, w1, N);
     check(memcmp(w0, w1, sizeof w0) == 0, "pair_f32", kr->name, "");
+    /* narrow_bf16: bit-exact with fa_f32_to_bf16, ties, infinities and NaN included; a tail of 13 */
+    uint16_t n0[N + 1], n1[N];
+    uint32_t specials[] = {0x3F808000u, 0x3F818000u, 0x7F800000u, 0xFF800000u, 0x7FC00001u, 0x7F800001u, 0xFFFFFFFFu,
+                           0x7F7FFFFFu, 0x00000001u, 0x80000000u};
+    for (int i = 0; i < (int)(sizeof specials / sizeof specials[0]); ++i) memcpy(&p0[i], &specials[i], 4);
+    n0[N] = 0xBEEF; /* must survive: the kernel writes n values only */
+    kr->narrow_bf16(p0, 1.0f, n0, N);
+    for (int i = 0; i < N; ++i) n1[i] = fa_f32_to_bf16(p0[i]);
+    check(memcmp(n0, n1, sizeof n1) == 0 && n0[N] == 0xBEEF, "narrow_bf16", kr->name, "");
+    kr->narrow_bf16(p1, 0.37f, n0, N);
+    for (int i = 0; i < N; ++i) n1[i] = fa_f32_to_bf16(p1[i] * 0.37f);
+    check(memcmp(n0, n1, sizeof n1) == 0 && n0[N] == 0xBEEF, "narrow_bf16 (scaled)", kr->name, "");
 }
 
 /*

@@ -50,6 +50,8 @@ static inline int cpu_use_bf16(const fa_problem *p, const cpu_kernels *kr) {
 
 /* Widens n elements of a storage row to f32. */
 void cpu_load_row_f32(const cpu_kernels *kr, fa_dtype t, const void *src, float *dst, int64_t n);
+/* dst[0 .. n) = src * scale in dtype t (an output row). */
+void cpu_store_row(const cpu_kernels *kr, fa_dtype t, void *dst, const float *src, int64_t n, float scale);
 
 /*
  * Score options other than the plain scale (softcap, ALiBi) are applied to a

@@ -145,13 +145,9 @@ static void load_key_tile(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t
     }
 }
 
-static void store_row(const fa_problem *p, const fa_view *v, int64_t off, const float *src, int64_t n, float scale) {
-    if (p->dtype == FA_F32) {
-        float *dst = (float *)v->data + off;
-        for (int64_t k = 0; k < n; ++k) dst[k] = src[k] * scale;
-    } else {
-        for (int64_t k = 0; k < n; ++k) fa_store_f(v->data, p->dtype, off + k, src[k] * scale);
-    }
+static void store_row(const bwd_job *job, const fa_view *v, int64_t off, const float *src, int64_t n, float scale) {
+    const fa_problem *p = job->p;
+    cpu_store_row(job->kr, p->dtype, (char *)v->data + off * (int64_t)fa_dtype_size(p->dtype), src, n, scale);
 }
 
 /* One query block against the current key tile. */
@@ -253,14 +249,14 @@ static void bwd_unit_task(void *arg, int64_t t, int worker) {
             for (int64_t i0 = 0; i0 < sq; i0 += CPU_BM) block_step(job, &w, b, g, sq, sk, i0, j0, nj);
         }
         for (int64_t j = 0; j < nj; ++j) {
-            store_row(p, &p->dk, fa_k_offset(p, &p->dk, b, j0 + j, kvh), w.dk + j * d->dpad, p->D, p->scale);
-            store_row(p, &p->dv, fa_k_offset(p, &p->dv, b, j0 + j, kvh), w.dv + j * d->dvpad, p->Dv, 1.0f);
+            store_row(job, &p->dk, fa_k_offset(p, &p->dk, b, j0 + j, kvh), w.dk + j * d->dpad, p->D, p->scale);
+            store_row(job, &p->dv, fa_k_offset(p, &p->dv, b, j0 + j, kvh), w.dv + j * d->dvpad, p->Dv, 1.0f);
         }
     }
     if (d->nchunk == 1)
         for (int64_t g = 0; g < d->G; ++g)
             for (int64_t i = 0; i < sq; ++i)
-                store_row(p, &p->dq, fa_q_offset(p, &p->dq, b, i, kvh * d->G + g), w.dq + (g * d->sqp + i) * d->dpad, p->D,
+                store_row(job, &p->dq, fa_q_offset(p, &p->dq, b, i, kvh * d->G + g), w.dq + (g * d->sqp + i) * d->dpad, p->D,
                           p->scale);
 }
 
@@ -281,7 +277,7 @@ static void bwd_reduce_task(void *arg, int64_t t, int worker) {
                 for (int c = 0; c < d->nchunk; ++c) acc += base[c * part + off + k];
                 row[k] = acc;
             }
-            store_row(p, &p->dq, fa_q_offset(p, &p->dq, b, i, kvh * d->G + g), row, p->D, p->scale);
+            store_row(job, &p->dq, fa_q_offset(p, &p->dq, b, i, kvh * d->G + g), row, p->D, p->scale);
         }
 }
 

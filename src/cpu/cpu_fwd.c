@@ -286,7 +286,7 @@ static void tile_update(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
 }
 
 /* Out = O / l and lse = m + log l for the block's rows, to the output or to a split's partial. */
-static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split) {
+static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split, float *tmp) {
     const fa_problem *p = job->p;
     const int64_t ncols = q->ncols;
     /* element (row c, d) of O: transposed [Dv][ncols], or natural [rows][dvpad] */
@@ -309,9 +309,9 @@ static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split) {
         if (p->dtype == FA_F32) {
             float *o = (float *)p->out.data + off;
             for (int64_t d = 0; d < p->Dv; ++d) o[d] = empty ? 0.0f : oc[d * d_stride] * inv;
-        } else {
-            for (int64_t d = 0; d < p->Dv; ++d)
-                fa_store_f(p->out.data, p->dtype, off + d, empty ? 0.0f : oc[d * d_stride] * inv);
+        } else { /* gather the row, then convert it in one pass */
+            for (int64_t d = 0; d < p->Dv; ++d) tmp[d] = empty ? 0.0f : oc[d * d_stride] * inv;
+            cpu_store_row(job->kr, p->dtype, (char *)p->out.data + off * (int64_t)fa_dtype_size(p->dtype), tmp, p->Dv, 1.0f);
         }
         if (p->lse) p->lse[fa_lse_offset(p, b, h, i)] = lse;
     }
@@ -524,7 +524,7 @@ static void fwd_task(void *arg, int64_t t, int worker) {
             }
         }
     }
-    for (int k = 0; k < nb; ++k) finish_block(job, &w.blk[k], b, split);
+    for (int k = 0; k < nb; ++k) finish_block(job, &w.blk[k], b, split, w.vbuf); /* V tile: free now, >= Dv floats */
 }
 
 /* Exact merge of the split partials of one (b, h). */

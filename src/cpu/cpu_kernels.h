@@ -89,6 +89,8 @@ typedef void (*cpu_widen_fn)(const uint16_t *src, float *dst, int64_t n);       
 typedef void (*cpu_pair_bf16_fn)(const uint16_t *r0, const uint16_t *r1, uint32_t *out, int64_t n);
 /* out[i] = bf16(p0[i]) | bf16(p1[i]) << 16, rounded to nearest even; p1 NULL means zeros. */
 typedef void (*cpu_pair_f32_fn)(const float *p0, const float *p1, uint32_t *out, int64_t n);
+/* dst[i] = bf16(src[i] * scale), rounded to nearest even (NaN stays a quiet NaN): output rows. */
+typedef void (*cpu_narrow_bf16_fn)(const float *src, float scale, uint16_t *dst, int64_t n);
 
 typedef struct cpu_kernels {
     const char *name;               /* "avx512", "avx2", "generic" */
@@ -102,6 +104,7 @@ typedef struct cpu_kernels {
     cpu_widen_fn widen_f16, widen_bf16;
     cpu_pair_bf16_fn pair_bf16;
     cpu_pair_f32_fn pair_f32;
+    cpu_narrow_bf16_fn narrow_bf16;
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_generic;
@@ -127,6 +130,7 @@ void cpu_widen_f16_generic(const uint16_t *src, float *dst, int64_t n);
 void cpu_widen_bf16_generic(const uint16_t *src, float *dst, int64_t n);
 void cpu_pair_bf16_generic(const uint16_t *r0, const uint16_t *r1, uint32_t *out, int64_t n);
 void cpu_pair_f32_generic(const float *p0, const float *p1, uint32_t *out, int64_t n);
+void cpu_narrow_bf16_generic(const float *src, float scale, uint16_t *dst, int64_t n);
 
 /* The best kernels for this machine, picked once from cpuid. */
 const cpu_kernels *cpu_kernels_select(void);

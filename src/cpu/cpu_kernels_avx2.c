@@ -150,4 +150,5 @@ const cpu_kernels cpu_kernels_avx2 = {
     .widen_bf16 = cpu_widen_bf16_generic,
     .pair_bf16 = cpu_pair_bf16_generic,
     .pair_f32 = cpu_pair_f32_generic,
+    .narrow_bf16 = cpu_narrow_bf16_generic,
 };

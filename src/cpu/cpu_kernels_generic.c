@@ -119,6 +119,10 @@ void cpu_pair_f32_generic(const float *p0, const float *p1, uint32_t *out, int64
         out[i] = (uint32_t)fa_f32_to_bf16(p0[i]) | (p1 ? (uint32_t)fa_f32_to_bf16(p1[i]) << 16 : 0u);
 }
 
+void cpu_narrow_bf16_generic(const float *src, float scale, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = fa_f32_to_bf16(src[i] * scale);
+}
+
 const cpu_kernels cpu_kernels_generic = {
     .name = "generic",
     .gemm_f32 = gemm_f32_generic,
@@ -132,4 +136,5 @@ const cpu_kernels cpu_kernels_generic = {
     .widen_bf16 = cpu_widen_bf16_generic,
     .pair_bf16 = cpu_pair_bf16_generic,
     .pair_f32 = cpu_pair_f32_generic,
+    .narrow_bf16 = cpu_narrow_bf16_generic,
 };

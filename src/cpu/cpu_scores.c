@@ -21,6 +21,18 @@ void cpu_load_row_f32(const cpu_kernels *kr, fa_dtype t, const void *src, float 
     }
 }
 
+void cpu_store_row(const cpu_kernels *kr, fa_dtype t, void *dst, const float *src, int64_t n, float scale) {
+    switch (t) {
+    case FA_F32:
+        for (int64_t i = 0; i < n; ++i) ((float *)dst)[i] = src[i] * scale;
+        break;
+    case FA_BF16: kr->narrow_bf16(src, scale, dst, n); break;
+    default:
+        for (int64_t i = 0; i < n; ++i) fa_store_f(dst, t, i, src[i] * scale);
+        break;
+    }
+}
+
 float cpu_score_options(const fa_problem *p, int64_t b, int64_t sq, int64_t sk, int64_t j0, int64_t nj,
                         int64_t ncols, int64_t nrows, const int32_t *head, const int32_t *row,
                         float *s, float *softcap_grad) {
