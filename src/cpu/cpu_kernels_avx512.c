@@ -417,6 +417,17 @@ static void softmax_tile_avx512(int64_t nj, int64_t ncols, float *s, int64_t lds
         /* Pass 2: P = 2^(x - m) and its column sums. */
         __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
         int64_t j = 0;
+        if (lo) { /* masked lanes (-inf) give 0 without an exp2 that underflows: underflowing
+                   * results cost a microcode assist each on Intel cores */
+            for (; j < nj; ++j) {
+                float *sp = s + j * lds + i;
+                __m512 x = _mm512_loadu_ps(sp);
+                __mmask16 seen = _mm512_cmp_ps_mask(x, ninf, _CMP_NEQ_OQ);
+                __m512 p0 = _mm512_maskz_mov_ps(seen, exp2_avx512(_mm512_maskz_sub_ps(seen, x, m_use)));
+                _mm512_storeu_ps(sp, p0);
+                sum0 = _mm512_add_ps(sum0, p0);
+            }
+        }
         for (; j + 1 < nj; j += 2) {
             float *sp = s + j * lds + i;
             __m512 p0 = exp2_avx512(_mm512_sub_ps(_mm512_loadu_ps(sp), m_use));
