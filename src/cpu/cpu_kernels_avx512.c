@@ -461,8 +461,11 @@ static void exp_tile_avx512(int64_t nj, int64_t ncols, const float *s, int64_t l
         __m512i hiv = lo ? _mm512_loadu_si512((const void *)(hi + i)) : _mm512_setzero_si512();
         for (int64_t j = 0; j < nj; ++j) {
             __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(s + j * lds + i), cv, lv);
-            if (lo) x = _mm512_mask_blend_ps(visible_mask(j, lov, hiv), ninf, x);
-            _mm512_storeu_ps(p + j * ldp + i, exp2_avx512(x));
+            /* Masked keys and rows without any key (lse +inf) give 0 without an exp2
+             * that underflows: underflowing results cost a microcode assist each. */
+            __mmask16 seen = _mm512_cmp_ps_mask(x, ninf, _CMP_NEQ_OQ);
+            if (lo) seen &= visible_mask(j, lov, hiv);
+            _mm512_storeu_ps(p + j * ldp + i, _mm512_maskz_mov_ps(seen, exp2_avx512(_mm512_maskz_mov_ps(seen, x))));
         }
     }
 }
