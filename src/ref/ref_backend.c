@@ -14,37 +14,28 @@
 
 /* --- gather / scatter between a strided view and a dense (rows, width) double array --- */
 
-/* Query-side view (q, out, dout, dq): rows i < rows of sequence b, head h. */
-static void gather_q(const fa_problem *p, const fa_view *x, int64_t b, int64_t h, int64_t rows, int64_t width,
-                     double *dst) {
-    for (int64_t i = 0; i < rows; ++i) {
-        int64_t base = fa_q_offset(p, x, b, i, h);
-        for (int64_t c = 0; c < width; ++c) dst[i * width + c] = fa_load_f(x->data, p->dtype, base + c);
+/* Which side of the problem a view belongs to: query rows (q, out, dout, dq) or
+ * keys (k, v, dk, dv; paged or not). */
+typedef enum { QUERY_SIDE, KEY_SIDE } side;
+
+static int64_t row_offset(const fa_problem *p, const fa_view *x, side sd, int64_t b, int64_t r, int64_t h) {
+    return sd == KEY_SIDE ? fa_k_offset(p, x, b, r, h) : fa_q_offset(p, x, b, r, h);
+}
+
+/* Rows r < rows of sequence b, head h of x into dst. */
+static void gather(const fa_problem *p, const fa_view *x, side sd, int64_t b, int64_t h, int64_t rows,
+                   int64_t width, double *dst) {
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t base = row_offset(p, x, sd, b, r, h);
+        for (int64_t c = 0; c < width; ++c) dst[r * width + c] = fa_load_f(x->data, p->dtype, base + c);
     }
 }
 
-static void scatter_q(const fa_problem *p, const fa_view *x, int64_t b, int64_t h, int64_t rows, int64_t width,
-                      const double *src) {
-    for (int64_t i = 0; i < rows; ++i) {
-        int64_t base = fa_q_offset(p, x, b, i, h);
-        for (int64_t c = 0; c < width; ++c) fa_store_f(x->data, p->dtype, base + c, (float)src[i * width + c]);
-    }
-}
-
-/* Key-side view (k, v, dk, dv): keys j < rows of sequence b, kv head h (paged or not). */
-static void gather_k(const fa_problem *p, const fa_view *x, int64_t b, int64_t h, int64_t rows, int64_t width,
-                     double *dst) {
-    for (int64_t j = 0; j < rows; ++j) {
-        int64_t base = fa_k_offset(p, x, b, j, h);
-        for (int64_t c = 0; c < width; ++c) dst[j * width + c] = fa_load_f(x->data, p->dtype, base + c);
-    }
-}
-
-static void scatter_k(const fa_problem *p, const fa_view *x, int64_t b, int64_t h, int64_t rows, int64_t width,
-                      const double *src) {
-    for (int64_t j = 0; j < rows; ++j) {
-        int64_t base = fa_k_offset(p, x, b, j, h);
-        for (int64_t c = 0; c < width; ++c) fa_store_f(x->data, p->dtype, base + c, (float)src[j * width + c]);
+static void scatter(const fa_problem *p, const fa_view *x, side sd, int64_t b, int64_t h, int64_t rows,
+                    int64_t width, const double *src) {
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t base = row_offset(p, x, sd, b, r, h);
+        for (int64_t c = 0; c < width; ++c) fa_store_f(x->data, p->dtype, base + c, (float)src[r * width + c]);
     }
 }
 
@@ -123,13 +114,13 @@ static fa_status ref_buffers_alloc(const fa_problem *p, int backward, ref_buffer
 /* Forward item: sequence b, query head h. */
 static fa_status fwd_item(const fa_problem *p, int64_t b, int64_t h, ref_buffers *w) {
     int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), hk = fa_kv_head(p, h);
-    gather_k(p, &p->k, b, hk, sk, p->D, w->k);
-    gather_k(p, &p->v, b, hk, sk, p->Dv, w->v);
-    gather_q(p, &p->q, b, h, sq, p->D, w->q);
+    gather(p, &p->k, KEY_SIDE, b, hk, sk, p->D, w->k);
+    gather(p, &p->v, KEY_SIDE, b, hk, sk, p->Dv, w->v);
+    gather(p, &p->q, QUERY_SIDE, b, h, sq, p->D, w->q);
     fa_ref_head_opts o = head_opts(p, b, h);
     fa_status st = fa_ref_attention_fwd_f64(&o, sq, sk, p->D, p->Dv, w->q, w->k, w->v, w->out, w->lse);
     if (st != FA_OK) return st;
-    scatter_q(p, &p->out, b, h, sq, p->Dv, w->out);
+    scatter(p, &p->out, QUERY_SIDE, b, h, sq, p->Dv, w->out);
     if (p->lse)
         for (int64_t i = 0; i < sq; ++i) p->lse[fa_lse_offset(p, b, h, i)] = (float)w->lse[i];
     return FA_OK;
@@ -139,23 +130,23 @@ static fa_status fwd_item(const fa_problem *p, int64_t b, int64_t h, ref_buffers
  * so that dk and dv are summed in one place, in a fixed order. */
 static fa_status bwd_item(const fa_problem *p, int64_t b, int64_t hk, ref_buffers *w) {
     int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
-    gather_k(p, &p->k, b, hk, sk, p->D, w->k);
-    gather_k(p, &p->v, b, hk, sk, p->Dv, w->v);
+    gather(p, &p->k, KEY_SIDE, b, hk, sk, p->D, w->k);
+    gather(p, &p->v, KEY_SIDE, b, hk, sk, p->Dv, w->v);
     /* dk, dv of this kv head: the sum over the query heads that read it */
     for (int64_t n = 0; n < sk * p->D; ++n) w->dk[n] = 0.0;
     for (int64_t n = 0; n < sk * p->Dv; ++n) w->dv[n] = 0.0;
     for (int64_t h = 0; h < p->Hq; ++h) {
         if (fa_kv_head(p, h) != hk) continue;
         fa_ref_head_opts o = head_opts(p, b, h);
-        gather_q(p, &p->q, b, h, sq, p->D, w->q);
-        gather_q(p, &p->dout, b, h, sq, p->Dv, w->dout);
+        gather(p, &p->q, QUERY_SIDE, b, h, sq, p->D, w->q);
+        gather(p, &p->dout, QUERY_SIDE, b, h, sq, p->Dv, w->dout);
         fa_status st = fa_ref_attention_bwd_f64(&o, sq, sk, p->D, p->Dv, w->q, w->k, w->v, w->dout, w->dq, w->dk,
                                                 w->dv);
         if (st != FA_OK) return st;
-        scatter_q(p, &p->dq, b, h, sq, p->D, w->dq);
+        scatter(p, &p->dq, QUERY_SIDE, b, h, sq, p->D, w->dq);
     }
-    scatter_k(p, &p->dk, b, hk, sk, p->D, w->dk);
-    scatter_k(p, &p->dv, b, hk, sk, p->Dv, w->dv);
+    scatter(p, &p->dk, KEY_SIDE, b, hk, sk, p->D, w->dk);
+    scatter(p, &p->dv, KEY_SIDE, b, hk, sk, p->Dv, w->dv);
     return FA_OK;
 }
 
