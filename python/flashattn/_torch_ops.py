@@ -201,27 +201,22 @@ if HAS_CUSTOM_OP:
 else:
     _fwd_backward, _varlen_backward = _make_autograd(_bwd_impl, _varlen_bwd_impl)
 
-    class _FwdFunction(torch.autograd.Function):
-        @staticmethod
+    def _autograd_function(name, impl, setup, backward):
+        """An autograd.Function running impl forward and backward(ctx, dout, dlse)."""
+
         def forward(ctx, *inputs):
-            output = _fwd_impl(*inputs)
-            _fwd_setup(ctx, inputs, output)
+            output = impl(*inputs)
+            setup(ctx, inputs, output)
             return output
 
-        @staticmethod
-        def backward(ctx, dout, dlse):
-            return _fwd_backward(ctx, dout, dlse)
+        return type(name, (torch.autograd.Function,), {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(lambda ctx, dout, dlse: backward(ctx, dout, dlse)),
+        })
 
-    class _VarlenFwdFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *inputs):
-            output = _varlen_fwd_impl(*inputs)
-            _varlen_fwd_setup(ctx, inputs, output)
-            return output
-
-        @staticmethod
-        def backward(ctx, dout, dlse):
-            return _varlen_backward(ctx, dout, dlse)
+    _FwdFunction = _autograd_function("_FwdFunction", _fwd_impl, _fwd_setup, _fwd_backward)
+    _VarlenFwdFunction = _autograd_function("_VarlenFwdFunction", _varlen_fwd_impl, _varlen_fwd_setup,
+                                            _varlen_backward)
 
     def fwd(*inputs):
         return _FwdFunction.apply(*inputs)
