@@ -12,9 +12,21 @@
  * With splits > 1 (Flash-Decoding) blockIdx.z also selects a chunk of the key
  * tiles and the CTA writes a normalised float32 partial and its lse, merged
  * afterwards by the combine kernel (kvcache.cu).
+ *
+ * GQA packing (PACK, chosen by sm80_fwd_packs_gqa): when a (batch, kv head)
+ * has few query rows, as in decoding, one CTA takes the rows of all the query
+ * heads that share kv head blockIdx.y, ordered query position first, so
+ * packed row R is query R / group of head h0 + R % group. Every K/V tile is
+ * then read once for the whole group, and the tile is 16 rows of one warp
+ * instead of 128: few mma rows are wasted and many CTAs fit on an SM. Masks,
+ * ALiBi, dropout and the outputs use each row's own query position and head;
+ * positions never decrease with R, so a CTA's visible keys are still bounded
+ * by its first and last rows.
  */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "philox.h"
 #include "sm80.h"
@@ -37,7 +49,17 @@ typedef struct fwd_args {
     float inv_softcap;
 } fwd_args;
 
-template <typename T, int HD, int NW, int MT, int BN>
+/* K or V rows [j0, j0 + BN) of kv head hk. The one-warp packed CTAs walk a
+ * paged cache with batched table lookups (tile_load_paged), except at head
+ * dim 256, where its registers would spill (sm_80). */
+template <typename T, int HD, int BN, int NT, bool PACK>
+__device__ __forceinline__ void kv_tile_load(T *tile, const fa_problem &p, const fa_view &v, int b, int j0, int hk, int sk,
+                                             int ncols, bool aligned) {
+    if (PACK && HD <= 128 && p.block_table) tile_load_paged<T, HD, BN, NT>(tile, p, v, b, j0, hk, sk - j0, ncols, aligned);
+    else tile_load<T, HD, BN, NT>(tile, p, v, true, b, j0, hk, sk - j0, ncols, aligned);
+}
+
+template <typename T, int HD, int NW, int MT, int BN, bool PACK>
 __global__ void __launch_bounds__(NW * 32, 1)
 sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fwd_args a) {
     constexpr int BM = NW * MT * 16, NT = NW * 32, NS = BN / 8, ND = HD / 8;
@@ -47,50 +69,59 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
     T *sV = sK + 2 * BN * HD;  /* two stages */
 
     const int m_block = gridDim.x - 1 - blockIdx.x; /* longest (causal) rows first */
-    const int h = blockIdx.y;
     const int b = blockIdx.z / a.splits, split = blockIdx.z % a.splits;
     const int sq = (int)fa_seqlen_q(&p, b), sk = (int)fa_seqlen_k(&p, b);
+    /* Unpacked: the rows are the queries of head blockIdx.y (group 1 folds the
+     * row -> (query, head) mapping away). Packed: blockIdx.y is the kv head. */
+    const int group = PACK ? (int)(p.Hq / p.Hk) : 1;
+    const int h0 = PACK ? (int)blockIdx.y * group : (int)blockIdx.y;
+    const int hk = PACK ? (int)blockIdx.y : (int)fa_kv_head(&p, h0);
+    const int rows = sq * group; /* packed rows of this (batch, head or kv head) */
     const int m0 = m_block * BM;
-    if (m0 >= sq) return;
-    const int hk = (int)fa_kv_head(&p, h);
+    if (m0 >= rows) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const bool aligned = a.aligned_in;
 
     /* Visible keys per row are [lo, hi) with lo and hi non-decreasing in the
      * row, so the block sees [lo(first row), hi(last row)). */
-    const int m_last = min(m0 + BM, sq) - 1;
+    const int m_last = min(m0 + BM, rows) - 1;
     int64_t lo_first, hi_first, lo_last, hi_last;
-    fa_key_range(&p, sq, sk, m0, &lo_first, &hi_first);
-    fa_key_range(&p, sq, sk, m_last, &lo_last, &hi_last);
+    fa_key_range(&p, sq, sk, m0 / group, &lo_first, &hi_first);
+    fa_key_range(&p, sq, sk, m_last / group, &lo_last, &hi_last);
     int n_lo = (int)(lo_first / BN);
     int n_hi = hi_last > lo_first ? (int)((hi_last + BN - 1) / BN) : n_lo;
-    if (a.splits > 1) { /* this split's share of the tiles */
-        const int per = (n_hi - n_lo + a.splits - 1) / a.splits;
-        n_lo = n_lo + split * per;
-        n_hi = min(n_hi, n_lo + per);
-        if (n_hi < n_lo) n_hi = n_lo;
+    if (a.splits > 1) { /* this split's share of the tiles: shares differ by at most one tile */
+        const int count = n_hi - n_lo, per = count / a.splits, extra = count % a.splits;
+        n_lo += split * per + min(split, extra); /* the first `extra` splits take one more */
+        n_hi = n_lo + per + (split < extra ? 1 : 0);
     }
 
-    /* Per-row key ranges for the rows this thread holds (g and g + 8 of each m tile). */
-    int row_lo[MT][2], row_hi[MT][2];
+    /* The rows this thread holds (g and g + 8 of each m tile): visible key
+     * range; packed, also query position and ALiBi slope (per query head). */
+    int row_lo[MT][2], row_hi[MT][2], row_q[MT][2];
+    float row_slope[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
+            const int r = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
             int64_t lo, hi;
-            fa_key_range(&p, sq, sk, m0 + warp * MT * 16 + mt * 16 + hf * 8 + g, &lo, &hi);
+            fa_key_range(&p, sq, sk, r / group, &lo, &hi);
             row_lo[mt][hf] = (int)lo;
             row_hi[mt][hf] = (int)hi;
+            row_q[mt][hf] = r / group;
+            row_slope[mt][hf] = PACK ? fa_alibi_slope(&p, b, h0 + r % group) : 0.0f;
         }
     const int diag = (int)fa_diag_offset(&p, sq, sk);
-    const float slope = fa_alibi_slope(&p, b, h);
+    const float slope = fa_alibi_slope(&p, b, h0); /* unpacked: one head per CTA */
 
     /* Prologue: Q and the first K in one group, the first V in the next. */
-    tile_load<T, HD, BM, NT>(sQ, p, p.q, false, b, m0, h, sq - m0, (int)p.D, aligned);
-    if (n_lo < n_hi) tile_load<T, HD, BN, NT>(sK, p, p.k, true, b, (int64_t)n_lo * BN, hk, sk - n_lo * BN, (int)p.D, aligned);
+    if (PACK) tile_load_packed_q<T, HD, BM, NT>(sQ, p, p.q, b, m0, h0, group, rows - m0, (int)p.D, aligned);
+    else tile_load<T, HD, BM, NT>(sQ, p, p.q, false, b, m0, h0, sq - m0, (int)p.D, aligned);
+    if (n_lo < n_hi) kv_tile_load<T, HD, BN, NT, PACK>(sK, p, p.k, b, n_lo * BN, hk, sk, (int)p.D, aligned);
     cp_async_commit();
-    if (n_lo < n_hi) tile_load<T, HD, BN, NT>(sV, p, p.v, true, b, (int64_t)n_lo * BN, hk, sk - n_lo * BN, (int)p.Dv, aligned);
+    if (n_lo < n_hi) kv_tile_load<T, HD, BN, NT, PACK>(sV, p, p.v, b, n_lo * BN, hk, sk, (int)p.Dv, aligned);
     cp_async_commit();
 
     float o[MT][ND][4];
@@ -121,9 +152,9 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
         __syncthreads();    /* ... for every thread, and the other stage is free again */
         if (n + 1 < n_hi) {
             const int j1 = (n + 1) * BN;
-            tile_load<T, HD, BN, NT>(sK + (stage ^ 1) * BN * HD, p, p.k, true, b, j1, hk, sk - j1, (int)p.D, aligned);
+            kv_tile_load<T, HD, BN, NT, PACK>(sK + (stage ^ 1) * BN * HD, p, p.k, b, j1, hk, sk, (int)p.D, aligned);
             cp_async_commit();
-            tile_load<T, HD, BN, NT>(sV + (stage ^ 1) * BN * HD, p, p.v, true, b, j1, hk, sk - j1, (int)p.Dv, aligned);
+            kv_tile_load<T, HD, BN, NT, PACK>(sV + (stage ^ 1) * BN * HD, p, p.v, b, j1, hk, sk, (int)p.Dv, aligned);
             cp_async_commit();
         } else { /* empty groups keep the wait counts uniform */
             cp_async_commit();
@@ -176,9 +207,11 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
                     for (int e = 0; e < 4; ++e) {
                         float u = s[mt][j][e] * p.scale;
                         if (p.softcap > 0.0f) u = p.softcap * tanhf(u * a.inv_softcap);
-                        const int row = m0 + warp * MT * 16 + mt * 16 + (e >> 1) * 8 + g;
                         const int col = j0 + j * 8 + 2 * t + (e & 1);
-                        u -= slope * fabsf((float)(row + diag - col));
+                        /* unpacked rows are recomputed: fewer live registers */
+                        const int row = PACK ? row_q[mt][e >> 1] : m0 + warp * MT * 16 + mt * 16 + (e >> 1) * 8 + g;
+                        const float sl = PACK ? row_slope[mt][e >> 1] : slope;
+                        u -= sl * fabsf((float)(row + diag - col));
                         s[mt][j][e] = u * LOG2E_F;
                     }
         }
@@ -228,7 +261,8 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf) {
-                    const int row = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
+                    const int r_packed = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
+                    const int row = r_packed / group, h = h0 + r_packed % group;
 #pragma unroll
                     for (int j = 0; j < NS; ++j) {
                         const int col = j0 + j * 8 + 2 * t; /* even: col and col + 1 share a block */
@@ -278,8 +312,9 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* a row with no key: out 0 */
             const float lse = l > 0.0f ? m_run[mt][hf] * LN2_F + logf(l) : -INFINITY;
-            const int row = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
-            if (row >= sq) continue;
+            const int r_packed = m0 + warp * MT * 16 + mt * 16 + hf * 8 + g;
+            if (r_packed >= rows) continue;
+            const int row = r_packed / group, h = h0 + r_packed % group;
             if (a.splits > 1) {
                 const int64_t prow = (((int64_t)split * p.B + b) * p.Hq + h) * p.Sq + row;
                 float *dst = a.o_part + prow * p.Dv;
@@ -317,32 +352,72 @@ static int aligned16(const fa_view *v) {
     return ((uintptr_t)v->data % 16 == 0) && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0;
 }
 
-template <typename T, int HD, int NW, int MT, int BN>
+template <typename T, int HD, int NW, int MT, int BN, bool PACK>
 static fa_status launch(const fa_problem *p, const fa_exec *x, const fwd_args *a) {
     constexpr int BM = NW * MT * 16;
     const size_t smem = (size_t)(BM + 4 * BN) * HD * sizeof(T);
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
-    cudaError_t e = smem_limit_once(sm80_fwd_kernel<T, HD, NW, MT, BN>, smem, x->device_index, &smem_set);
+    cudaError_t e = smem_limit_once(sm80_fwd_kernel<T, HD, NW, MT, BN, PACK>, smem, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 forward: %s", cudaGetErrorString(e));
-    const int64_t m_blocks = (p->Sq + BM - 1) / BM;
-    if (m_blocks == 0 || p->B == 0 || p->Hq == 0) return FA_OK;
-    if (m_blocks > 0x7fffffff || p->Hq > 65535 || p->B * a->splits > 65535)
+    if (p->B == 0 || p->Hq == 0) return FA_OK;
+    /* Packed: the query heads of a kv head share the rows of one grid row. */
+    const int64_t group = PACK ? p->Hq / p->Hk : 1, heads = PACK ? p->Hk : p->Hq;
+    const int64_t m_blocks = (p->Sq * group + BM - 1) / BM;
+    if (m_blocks == 0) return FA_OK;
+    if (m_blocks > 0x7fffffff || heads > 65535 || p->B * a->splits > 65535)
         return fa_set_error(FA_ERR_UNSUPPORTED, "sm80 forward: grid too large (Sq %lld, Hq %lld, B %lld)",
                             (long long)p->Sq, (long long)p->Hq, (long long)p->B);
-    dim3 grid((unsigned)m_blocks, (unsigned)p->Hq, (unsigned)(p->B * a->splits));
-    sm80_fwd_kernel<T, HD, NW, MT, BN><<<grid, NW * 32, smem, (cudaStream_t)x->stream>>>(*p, *a);
+    dim3 grid((unsigned)m_blocks, (unsigned)heads, (unsigned)(p->B * a->splits));
+    sm80_fwd_kernel<T, HD, NW, MT, BN, PACK><<<grid, NW * 32, smem, (cudaStream_t)x->stream>>>(*p, *a);
     e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 forward: %s", cudaGetErrorString(e));
     return FA_OK;
 }
 
-/* Tile shapes per padded head dimension: (warps, m tiles per warp, keys per tile). */
+/*
+ * Whether the forward packs the query heads of each kv head into the rows of
+ * one-warp, 16-row tiles: when a (batch, kv head) has at most 64 query rows
+ * (decoding, speculative decoding, short chunks; group 1 included, where only
+ * the smaller tile matters). Then each K/V tile is read once per row tile of
+ * the group instead of once per query head, and at most 15 of a tile's 16
+ * rows are padding instead of up to 127 of 128. Dropout (training, never
+ * decoding) keeps the unpacked tiles. Return 0 here to turn the packed path
+ * off everywhere (the split heuristic follows).
+ *
+ * FA_SM80_PACK=0 in the environment never packs, FA_SM80_PACK=1 packs every
+ * forward, dropout included, so that one test run covers either kernel on
+ * every shape; read once, like FA_CPU_KERNELS.
+ */
+static int pack_override(void) {
+    static int cached = -2; /* -2 not read yet, -1 no override; racing first calls agree */
+    if (cached == -2) {
+        const char *e = getenv("FA_SM80_PACK");
+        cached = e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 1 : -1;
+    }
+    return cached;
+}
+
+extern "C" int sm80_fwd_packs_gqa(const fa_problem *p) {
+    if (p->Hk <= 0 || p->Hq <= 0) return 0;
+    const int forced = pack_override();
+    if (forced >= 0) return forced;
+    return p->dropout_p == 0.0f && p->Sq * (p->Hq / p->Hk) <= 64;
+}
+
+/* Tile shapes per padded head dimension: (warps, m tiles per warp, keys per
+ * tile); packed: one warp of 16 rows with the same key tiles (kvcache.cu's
+ * split heuristic counts in those). */
 template <typename T>
 static fa_status dispatch(const fa_problem *p, const fa_exec *x, const fwd_args *a) {
     const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
-    if (hd <= 64) return launch<T, 64, 4, 2, 64>(p, x, a);
-    if (hd <= 128) return launch<T, 128, 4, 2, 32>(p, x, a);
-    return launch<T, 256, 8, 1, 32>(p, x, a);
+    if (sm80_fwd_packs_gqa(p)) {
+        if (hd <= 64) return launch<T, 64, 1, 1, 64, true>(p, x, a);
+        if (hd <= 128) return launch<T, 128, 1, 1, 32, true>(p, x, a);
+        return launch<T, 256, 1, 1, 32, true>(p, x, a);
+    }
+    if (hd <= 64) return launch<T, 64, 4, 2, 64, false>(p, x, a);
+    if (hd <= 128) return launch<T, 128, 4, 2, 32, false>(p, x, a);
+    return launch<T, 256, 8, 1, 32, false>(p, x, a);
 }
 
 extern "C" fa_status sm80_fwd_launch(const fa_problem *p, const fa_exec *x, int splits, float *o_part, float *lse_part) {

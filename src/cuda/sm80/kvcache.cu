@@ -51,24 +51,41 @@ __global__ void sm80_split_combine(const __grid_constant__ fa_problem p, int spl
     if (threadIdx.x == 0 && p.lse) p.lse[fa_lse_offset(&p, b, h, i)] = lse;
 }
 
-/* Key tile of the forward for this head dimension (fwd.cu's table). */
+/* fwd.cu: whether the forward packs the query heads of a kv head into
+ * one-warp, 16-row tiles (its selection function). */
+extern "C" int sm80_fwd_packs_gqa(const fa_problem *p);
+
+/* Key tile of the forward for this head dimension (fwd.cu's table, the same
+ * for the packed and the unpacked tiles). */
 static int fwd_block_n(const fa_problem *p) {
     const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
     return hd <= 64 ? 64 : 32;
 }
 
 /*
- * Flash-Decoding heuristic: split only when the row blocks alone leave most
- * SMs idle, aiming at about two waves, and keep every split at least four key
- * tiles long so the merge stays cheap next to the work.
+ * Flash-Decoding heuristic: split only when the row blocks alone leave the
+ * SMs short of work, and keep every split at least four key tiles long so the
+ * merge stays cheap next to the work.
+ *   unpacked (128-row CTAs of 4 or 8 warps, one or two per SM): about two
+ *     waves of CTAs;
+ *   packed (16-row CTAs of one warp with 35 KiB of shared memory, 72 KiB at
+ *     head dim 256): four CTAs per SM (two at 256), which fit at once on
+ *     any sm_80+ SM, so every SM keeps about four K/V tiles of loads in
+ *     flight (~64 KiB at D 128, what a streaming read needs to reach the
+ *     bandwidth); the count is rounded down so that no partial second wave
+ *     is left.
  */
 extern "C" int sm80_kvcache_splits(const fa_problem *p, int num_sms) {
     if (p->num_splits > 0) return p->num_splits;
-    const int64_t m_blocks = (p->Sq + 127) / 128;
-    const int64_t ctas = m_blocks * p->Hq * p->B;
-    if (num_sms <= 0 || ctas >= num_sms) return 1;
+    if (num_sms <= 0 || p->Hk <= 0) return 1;
+    const bool packed = sm80_fwd_packs_gqa(p);
+    const int64_t m_blocks = packed ? (p->Sq * (p->Hq / p->Hk) + 15) / 16 : (p->Sq + 127) / 128;
+    const int64_t ctas = m_blocks * (packed ? p->Hk : p->Hq) * p->B;
+    const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
+    const int64_t target = (packed ? (hd > 128 ? 2 : 4) : 2) * (int64_t)num_sms;
+    if (ctas == 0 || ctas >= (packed ? target : num_sms)) return 1;
     const int64_t tiles = (p->Sk + fwd_block_n(p) - 1) / fwd_block_n(p);
-    int64_t s = (2 * num_sms + ctas - 1) / ctas;
+    int64_t s = packed ? target / ctas : (target + ctas - 1) / ctas;
     if (s > tiles / 4) s = tiles / 4;
     if (s > 128) s = 128;
     return s < 1 ? 1 : (int)s;
