@@ -97,10 +97,17 @@ static int sm90_block_n(const fa_problem *p) { return sm90_pick(p) == SM90_D256 
 static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
     memset(k, 0, sizeof(*k));
     const int64_t D = p->D;
-    if (!sm90_make_map(&k->tm_q, &p->q, p->dtype, p->B, p->Sq, p->Hq, D, sm90_block_m(p))) return 0;
-    if (!sm90_make_map(&k->tm_k, &p->k, p->dtype, p->B, p->Sk, p->Hk, D, sm90_block_n(p))) return 0;
-    if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, p->B, p->Sk, p->Hk, D, sm90_block_n(p))) return 0;
-    if (!sm90_make_map(&k->tm_o, &p->out, p->dtype, p->B, p->Sq, p->Hq, D, 64)) return 0;
+    /* Varlen: the maps span the packed rows as one batch; each tile adds its
+     * sequence's first row to the row coordinate. */
+    const int varlen = p->cu_seqlens_q != NULL;
+    const int64_t map_b = varlen ? 1 : p->B;
+    const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
+    if (!sm90_make_map(&k->tm_q, &p->q, p->dtype, map_b, rows_q, p->Hq, D, sm90_block_m(p))) return 0;
+    if (!sm90_make_map(&k->tm_k, &p->k, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) return 0;
+    if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) return 0;
+    if (!sm90_make_map(&k->tm_o, &p->out, p->dtype, map_b, rows_q, p->Hq, D, 64)) return 0;
+    k->cu_seqlens_q = p->cu_seqlens_q;
+    k->cu_seqlens_k = p->cu_seqlens_k;
     if (((uintptr_t)p->out.data) % 16) return 0;
     k->out = p->out.data;
     k->out_sb = p->out.sb;
@@ -120,7 +127,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
     int64_t tiles = (int64_t)k->num_m_blocks * p->Hq * p->B;
     if (tiles >= ((int64_t)1 << 31)) return 0;
     k->num_tiles = (int)tiles;
-    k->diag_off = p->top_left ? 0 : p->Sk - p->Sq;
+    k->top_left = p->top_left;
     k->window_left = p->window_left;
     k->window_right = p->window_right;
     /* Causal-like masks make late query blocks heavier: schedule those first. */
@@ -139,7 +146,15 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
 extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
     if (p->dtype != FA_BF16 && p->dtype != FA_F16) return 0;
     if (p->D != p->Dv || !sm90_head_dim_ok(p->D)) return 0;
-    if (p->cu_seqlens_q || p->cu_seqlens_k || p->seqlens_k || p->block_table || p->k_new.data) return 0;
+    if (p->seqlens_k || p->block_table || p->k_new.data) return 0;
+    if (!p->cu_seqlens_q != !p->cu_seqlens_k) return 0;
+    if (p->cu_seqlens_q) {
+        /* The head-dim-256 kernel has no registers left for the varlen tile fields. */
+        if (sm90_padded_head_dim(p->D) == 256) return 0;
+        /* Packed row coordinates (first row + offset in the sequence) stay in int. */
+        if (p->total_q < 1 || p->total_k < 1 || p->total_q >= ((int64_t)1 << 30) || p->total_k >= ((int64_t)1 << 30))
+            return 0;
+    }
     if (p->alibi || p->dropout_p != 0.f) return 0;
     if (!(p->scale > 0.f)) return 0; /* the running max assumes logits grow with q.k */
     if (p->B < 1 || p->Sq < 1 || p->Sk < 1 || p->Sq >= ((int64_t)1 << 30) || p->Sk >= ((int64_t)1 << 30)) return 0;

@@ -41,11 +41,14 @@ struct Sm90FwdParams {
     int64_t out_sb, out_ss, out_sh;     /* elements */
     float *lse;                         /* NULL: not wanted */
     int64_t lse_sb, lse_sh, lse_ss;
-    int sq, sk, hq, batch, q_per_kv;    /* q_per_kv = Hq / Hk */
+    /* Varlen: first packed row of each sequence (B + 1 entries, device memory);
+     * NULL for batched problems. The maps then span the packed rows (B = 1). */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    int sq, sk, hq, batch, q_per_kv;    /* lengths (varlen: maxima); q_per_kv = Hq / Hk */
     int head_dim;                       /* real D <= Cfg::D: TMA zero-fills and clips the rest */
-    int num_m_blocks, num_tiles;
+    int num_m_blocks, num_tiles;        /* varlen: query blocks of the longest sequence */
     int longest_first;                  /* tile order: heaviest query blocks first */
-    int64_t diag_off;                   /* key j is on row i's diagonal when j == i + diag_off */
+    int top_left;                       /* diagonal alignment: 0, else Sk - Sq of each sequence */
     int64_t window_left, window_right;  /* relative to the diagonal; huge when unbounded */
     float scale_log2;                   /* multiplies S to give base-2 logits */
     float softcap_pre;                  /* softcap: S = tanh(S * softcap_pre); 0 = off */
@@ -61,6 +64,8 @@ struct Sm90FwdConfig {
     static constexpr int STAGES = STAGES_; /* K/V ring depth */
     static constexpr bool BF16 = BF16_;
     static constexpr int SLABS = D / 64;   /* 128-byte (64-element) column slabs */
+    /* Varlen support; head dim 256 leaves no registers for it (falls back). */
+    static constexpr bool VARLEN = D != 256;
 
     static constexpr int Q_SLAB = BM * 128; /* bytes of one slab of the Q tile */
     static constexpr int KV_SLAB = BN * 128;
@@ -99,8 +104,19 @@ enum { BAR_TURN0 = 1, BAR_EPI0 = 4 };
 
 struct Sm90Tile {
     int m_block, head, batch;
-    int n_lo, n_hi; /* kv blocks [n_lo, n_hi) hold every visible key */
+    int seq_q, seq_k;   /* this sequence's lengths */
+    int q_row0, k_row0; /* its first row in the maps' row dimension (0 when batched) */
+    int map_b;          /* its coordinate in the maps' batch dimension (0 for varlen) */
+    int diag_off;       /* key j is on row i's diagonal when j == i + diag_off */
+    int n_lo, n_hi;     /* kv blocks [n_lo, n_hi) hold every visible key */
 };
+
+/* A varlen sequence shorter than the longest has fewer query blocks than the
+ * tile grid: its surplus tiles are skipped by every warpgroup alike. */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_tile_live(const Sm90Tile &t) {
+    return !Cfg::VARLEN || t.m_block * Cfg::BM < t.seq_q;
+}
 
 template <class Cfg>
 __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int t) {
@@ -116,10 +132,23 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
     }
     tile.head = hb % p.hq;
     tile.batch = hb / p.hq;
+    if (Cfg::VARLEN && p.cu_seqlens_q) {
+        tile.q_row0 = __ldg(&p.cu_seqlens_q[tile.batch]);
+        tile.k_row0 = __ldg(&p.cu_seqlens_k[tile.batch]);
+        tile.seq_q = __ldg(&p.cu_seqlens_q[tile.batch + 1]) - tile.q_row0;
+        tile.seq_k = __ldg(&p.cu_seqlens_k[tile.batch + 1]) - tile.k_row0;
+        tile.map_b = 0;
+    } else {
+        tile.q_row0 = tile.k_row0 = 0;
+        tile.seq_q = p.sq;
+        tile.seq_k = p.sk;
+        tile.map_b = tile.batch;
+    }
+    tile.diag_off = p.top_left ? 0 : tile.seq_k - tile.seq_q;
     int64_t i0 = (int64_t)tile.m_block * Cfg::BM;
-    int64_t i1 = min(i0 + Cfg::BM, (int64_t)p.sq) - 1;
-    int64_t lo = max((int64_t)0, i0 + p.diag_off - p.window_left);
-    int64_t hi = min((int64_t)p.sk, i1 + p.diag_off + p.window_right + 1);
+    int64_t i1 = min(i0 + Cfg::BM, (int64_t)tile.seq_q) - 1;
+    int64_t lo = max((int64_t)0, i0 + tile.diag_off - p.window_left);
+    int64_t hi = min((int64_t)tile.seq_k, i1 + tile.diag_off + p.window_right + 1);
     if (hi <= lo) {
         tile.n_lo = tile.n_hi = 0;
     } else {
@@ -129,14 +158,6 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
     return tile;
 }
 
-/* True when every key of block n is visible to every row of the tile. */
-template <class Cfg>
-__device__ __forceinline__ bool sm90_block_unmasked(const Sm90FwdParams &p, const Sm90Tile &t, int n) {
-    int64_t j0 = (int64_t)n * Cfg::BN, j1 = j0 + Cfg::BN - 1;
-    int64_t i0 = (int64_t)t.m_block * Cfg::BM;
-    int64_t i1 = min(i0 + Cfg::BM, (int64_t)p.sq) - 1;
-    return j1 < p.sk && j0 >= i1 + p.diag_off - p.window_left && j1 <= i0 + p.diag_off + p.window_right;
-}
 
 /* ---- producer -------------------------------------------------------------- */
 
@@ -152,6 +173,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
     uint32_t it = 0, tile_iter = 0;
     for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
+        if (!sm90_tile_live<Cfg>(tile)) continue;
         if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
         int kv_head = tile.head / p.q_per_kv;
         /* A fresh barrier counts as having completed the phase before phase 0,
@@ -159,22 +181,25 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         mbar_wait(q_empty, (tile_iter & 1) ^ 1);
         mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
         for (int s = 0; s < Cfg::SLABS; ++s)
-            tma_load_4d(smem + Cfg::OFF_Q + s * Cfg::Q_SLAB, &p.tm_q, q_full, s * 64, tile.m_block * Cfg::BM,
-                        tile.head, tile.batch);
+            tma_load_4d(smem + Cfg::OFF_Q + s * Cfg::Q_SLAB, &p.tm_q, q_full, s * 64,
+                        tile.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.map_b);
+        /* Varlen: a block straddling the sequence end also loads the next
+         * sequence's first keys (or zeros past the tensor); the consumers mask
+         * them, and their V rows meet P = 0. */
         for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
             uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
             mbar_wait(&k_empty[stage], parity);
             mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
             uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
             for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * 64, n * Cfg::BN, kv_head,
-                            tile.batch);
+                tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * 64, tile.k_row0 + n * Cfg::BN,
+                            kv_head, tile.map_b);
             mbar_wait(&v_empty[stage], parity);
             mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
             uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
             for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, n * Cfg::BN, kv_head,
-                            tile.batch);
+                tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, tile.k_row0 + n * Cfg::BN,
+                            kv_head, tile.map_b);
         }
         ++tile_iter;
     }
@@ -231,6 +256,13 @@ __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t v_
     }
     wgmma_commit();
     fence_regs<Cfg::D / 2>(O);
+}
+
+/* True when block n holds a key hidden from one of this thread's two rows
+ * (a thread-local decision: the masking below is per element anyway). */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_block_masked(int n, const int *key_lo, const int *key_hi) {
+    return n * Cfg::BN < max(key_lo[0], key_lo[1]) || (n + 1) * Cfg::BN > min(key_hi[0], key_hi[1]);
 }
 
 /* Softcap and mask one S block in place (raw scores -> -inf where hidden). */
@@ -292,6 +324,12 @@ __device__ __forceinline__ void sm90_pack_p(uint32_t *P, const float *S) {
     for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = pack2<Cfg::BF16>(S[2 * i], S[2 * i + 1]);
 }
 
+/* Address of output row r (within the sequence) of a tile's head. */
+__device__ __forceinline__ uint8_t *sm90_out_row(const Sm90FwdParams &p, const Sm90Tile &t, int r) {
+    return (uint8_t *)p.out +
+           2 * ((int64_t)t.batch * p.out_sb + (int64_t)(t.q_row0 + r) * p.out_ss + (int64_t)t.head * p.out_sh);
+}
+
 /* Rows of a tile with no visible key: zeros straight to global memory. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, const Sm90Tile &t, int wg, int tid) {
@@ -299,11 +337,29 @@ __device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, con
     int row0 = t.m_block * Cfg::BM + wg * 64;
     for (int c = tid; c < 64 * chunks; c += 128) {
         int r = row0 + c / chunks;
-        if (r >= p.sq) continue;
-        uint8_t *dst = (uint8_t *)p.out + 2 * (t.batch * p.out_sb + r * p.out_ss + t.head * p.out_sh +
-                                               (int64_t)(c % chunks) * 8);
-        *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+        if (r >= t.seq_q) continue;
+        *reinterpret_cast<uint4 *>(sm90_out_row(p, t, r) + (c % chunks) * 16) = make_uint4(0, 0, 0, 0);
     }
+}
+
+/* The first `rows` rows of a warpgroup's staged O (64 x head_dim, 128B
+ * swizzled slabs) to global memory with ordinary 16-byte stores: used where a
+ * TMA box would also write the next varlen sequence's rows. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_store_staged_rows(const Sm90FwdParams &p, const Sm90Tile &t, const uint8_t *o_stage,
+                                                       int row0, int rows, int tid) {
+    const int chunks = p.head_dim / 8; /* 16-byte chunks per row */
+    for (int c = tid; c < rows * chunks; c += 128) {
+        int r = c / chunks, ch = c % chunks;
+        /* 128B swizzle: 16-byte chunk index XOR (row mod 8) inside slab ch / 8 */
+        const uint8_t *src = o_stage + (ch / 8) * Cfg::Q_SLAB + r * 128 + (((ch % 8) ^ (r % 8)) * 16);
+        *reinterpret_cast<uint4 *>(sm90_out_row(p, t, row0 + r) + ch * 16) = *reinterpret_cast<const uint4 *>(src);
+    }
+}
+
+/* lse of row r (within the sequence) of a tile's head. */
+__device__ __forceinline__ float *sm90_lse_at(const Sm90FwdParams &p, const Sm90Tile &t, int r) {
+    return p.lse + (int64_t)t.batch * p.lse_sb + (int64_t)t.head * p.lse_sh + (int64_t)(t.q_row0 + r) * p.lse_ss;
 }
 
 /* ---- consumer ---------------------------------------------------------------- */
@@ -329,21 +385,22 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     uint32_t it = 0, tile_iter = 0;
     for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
-        const int row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg; /* global query rows row0, row0+8 */
+        if (!sm90_tile_live<Cfg>(tile)) continue;
+        int row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg; /* query rows row0, row0+8 of the sequence */
         if (tile.n_hi <= tile.n_lo) {
             sm90_store_zero_rows<Cfg>(p, tile, wg, tid);
             if (p.lse && lane % 4 == 0)
                 for (int h = 0; h < 2; ++h)
-                    if (row0 + 8 * h < p.sq)
-                        p.lse[tile.batch * p.lse_sb + tile.head * p.lse_sh + (row0 + 8 * h) * p.lse_ss] = -INFINITY;
+                    if (row0 + 8 * h < tile.seq_q) *sm90_lse_at(p, tile, row0 + 8 * h) = -INFINITY;
             continue;
         }
-        /* Visible keys [key_lo, key_hi) of this thread's two rows. */
+        /* Visible keys [key_lo, key_hi) of this thread's two rows; keys past
+         * the sequence end (another sequence's, in a varlen block) are hidden. */
         int key_lo[2], key_hi[2];
         for (int h = 0; h < 2; ++h) {
-            int64_t c = (int64_t)row0 + 8 * h + p.diag_off;
-            key_lo[h] = (int)max((int64_t)0, min((int64_t)p.sk, c - p.window_left));
-            key_hi[h] = (int)max((int64_t)0, min((int64_t)p.sk, c + p.window_right + 1));
+            int64_t c = (int64_t)row0 + 8 * h + tile.diag_off;
+            key_lo[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c - p.window_left));
+            key_hi[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c + p.window_right + 1));
         }
 
         float O[Cfg::D / 2];
@@ -365,7 +422,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         if (tid == 0) mbar_arrive(&k_empty[stage]);
         if (p.softcap_pre != 0.f)
             for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * p.softcap_pre);
-        if (!sm90_block_unmasked<Cfg>(p, tile, n)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
+        if (sm90_block_masked<Cfg>(n, key_lo, key_hi)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
         sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, p.scale_log2);
         sm90_pack_p<Cfg>(P, S);
         uint32_t prev_stage = stage, prev_parity = parity;
@@ -388,7 +445,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if (tid == 0) mbar_arrive(&k_empty[stage]);
             if (p.softcap_pre != 0.f)
                 for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * p.softcap_pre);
-            if (!sm90_block_unmasked<Cfg>(p, tile, n)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
+            if (sm90_block_masked<Cfg>(n, key_lo, key_hi)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
             sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, p.scale_log2);
             wgmma_wait<0>(); /* P V done: O and P are ours again */
             fence_regs<Cfg::D / 2>(O);
@@ -418,6 +475,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         ++tile_iter;
 
         /* ---- epilogue: normalise, log-sum-exp, stage O, TMA store ---- */
+        /* Decode the tile again rather than keep its fields in registers
+         * through the main loop (head dim 256 has none to spare). */
+        tile = sm90_decode_tile<Cfg>(p, opaque_int(t));
+        row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg;
         float inv[2];
         for (int h = 0; h < 2; ++h) {
             float l = row_sum[h];
@@ -425,9 +486,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             inv[h] = l > 0.f ? 1.f / l : 0.f; /* row with no visible key: out 0 */
             int r = row0 + 8 * h;
-            if (p.lse && lane % 4 == 0 && r < p.sq) {
+            if (p.lse && lane % 4 == 0 && r < tile.seq_q) {
                 float lse = l > 0.f ? (row_max[h] * p.scale_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
-                p.lse[tile.batch * p.lse_sb + tile.head * p.lse_sh + (int64_t)r * p.lse_ss] = lse;
+                *sm90_lse_at(p, tile, r) = lse;
             }
         }
         if (!Cfg::O_IN_Q) {
@@ -445,10 +506,18 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         }
         fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
         named_bar_sync(BAR_EPI0 + wg, 128);
-        if (tid == 0) {
+        const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq_q - wg_row0);
+        if (Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64) {
+            /* Last rows of a varlen sequence: the map's row bound is the packed
+             * tensor's, not the sequence's, so store row by row. */
+            if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
+            if (Cfg::O_IN_Q) {
+                named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read the staging (= Q) buffer */
+                if (tid == 0) mbar_arrive(q_empty);
+            }
+        } else if (tid == 0) {
             for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_store_4d(&p.tm_o, o_stage + s * Cfg::Q_SLAB, s * 64, tile.m_block * Cfg::BM + wg * 64, tile.head,
-                             tile.batch);
+                tma_store_4d(&p.tm_o, o_stage + s * Cfg::Q_SLAB, s * 64, tile.q_row0 + wg_row0, tile.head, tile.map_b);
             tma_store_commit();
             if (Cfg::O_IN_Q) {
                 tma_store_wait_read(); /* staging aliases Q: drain before the next Q load */

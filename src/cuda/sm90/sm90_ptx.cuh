@@ -145,6 +145,13 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr, uint32_t lbo_
            ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
+/* A copy of x the compiler cannot see through: a value computed from it is
+ * recomputed rather than kept alive from an earlier computation from x. */
+__device__ __forceinline__ int opaque_int(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
 /* ---- math ------------------------------------------------------------------ */
 
 __device__ __forceinline__ float fast_exp2(float x) {
