@@ -108,6 +108,7 @@ __device__ __forceinline__ void tile_load_paged(T *tile, const fa_problem &p, co
     const int32_t *table = p.block_table + b * p.block_table_stride;
     const int bs = (int)p.block_size;                  /* keys (< 2^31) and block sizes fit 32 bits */
     const int64_t col_off = h * v.sh + c * 8;
+    const uint32_t dst = smem_addr(tile + tile_chunk<HD>(rr, c));
     int blk_i = (int)(r0 + rr) / bs;                   /* table entry and row within the block of */
     int in_blk = (int)(r0 + rr) - blk_i * bs;          /* this thread's first row */
 #pragma unroll
@@ -130,7 +131,7 @@ __device__ __forceinline__ void tile_load_paged(T *tile, const fa_problem &p, co
             const int r = rr + (k0 + k) * STEP;
             const bool ok = r < nvalid && c * 8 < ncols;
             const int64_t o = (int64_t)blk[k] * v.sb + (int64_t)row_in[k] * v.ss + col_off;
-            const uint32_t d = STEP % 8 == 0 ? smem_addr(tile + tile_chunk<HD>(rr, c)) + (k0 + k) * STEP * HD * (uint32_t)sizeof(T)
+            const uint32_t d = STEP % 8 == 0 ? dst + (k0 + k) * STEP * HD * (uint32_t)sizeof(T) /* as in tile_load */
                                              : smem_addr(tile + tile_chunk<HD>(r, c));
             cp_async_16(d, ok ? base + o : base, ok ? 16 : 0);
         }
