@@ -16,6 +16,13 @@
  *   convert     dq = dq_accum in the storage type.
  * Summing dK/dV over the query heads of a group inside the CTA keeps GQA/MQA
  * deterministic and needs no dk/dv accumulators.
+ *
+ * Tile shapes: for head dims up to 128, 128 keys and 64 queries with 8 warps;
+ * each warp owns 16 keys and every head-dim column of their dK/dV, so S^T and
+ * dP^T are computed once, and the 128-key tile halves the dq atomics per
+ * FLOP against 64 keys. With 128 columns of dK and dV per warp (128 registers)
+ * S^T / dP^T go in two passes of 32 queries. Head dim 256 keeps 64-key tiles
+ * with two warps (column halves) per 16 keys.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -44,6 +51,7 @@ typedef struct bwd_args {
     float inv_softcap;
     float scale_log2;   /* scale * log2(e) */
     int plain;          /* no softcap, no ALiBi, no dropout */
+    int dq_pairs;       /* D even and dq_accum on 8 bytes: column pairs add as one */
 } bwd_args;
 
 /* ------------------------------------------------------------------------- */
@@ -109,6 +117,26 @@ __device__ __forceinline__ void sem_release(int *sem, int value) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(sem), "r"(value));
 }
 
+/* r[i] for a run-time i, by selects: indexing the array would put it in local memory. */
+__device__ __forceinline__ uint32_t word_of4(const uint32_t r[4], int i) {
+    const uint32_t lo = (i & 1) ? r[1] : r[0], hi = (i & 1) ? r[3] : r[2];
+    return (i & 2) ? hi : lo;
+}
+
+/* Add (x0, x1) to dst[0], dst[1] (dst[1] only when has_second). On sm_90 one
+ * vector reduction does both when the pair is 8-byte aligned (pairs): half the
+ * atomic requests to L2, which is where the dq accumulation queues. */
+__device__ __forceinline__ void dq_add_pair(float *dst, float x0, float x1, int pairs, bool has_second) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (pairs) {
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x0), "f"(x1) : "memory");
+        return;
+    }
+#endif
+    atomicAdd(dst, x0);
+    if (has_second) atomicAdd(dst + 1, x1);
+}
+
 /* Work item w of a CTA: query head and row tile. Each key tile starts at a
  * different row tile so that concurrent CTAs add into different parts of
  * dq_accum instead of queueing on the same addresses. */
@@ -143,7 +171,8 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
     constexpr int SL = HD / DSL;       /* dK/dV columns per warp */
     constexpr int MQ = BM / 16;        /* query m tiles for dQ */
     constexpr int QC = HD / (NW / MQ); /* dQ columns per warp */
-    constexpr int NQ = BM / 8;         /* n8 tiles of S^T (query columns) */
+    constexpr int QP = SL >= 128 ? BM / 2 : BM; /* query columns per S^T / dP^T pass */
+    constexpr int NQ = QP / 8;         /* n8 tiles of S^T (query columns) in one pass */
     static_assert(KG * DSL == NW && MQ * (NW / MQ) == NW && QC % 16 == 0 && SL % 16 == 0, "tile shape");
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -154,6 +183,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
     T *sdS = sdO + 2 * BM * HD;             /* (BN keys, BM queries), swizzled rows of BM */
     float *sLse = (float *)(sdS + BN * BM); /* two stages */
     float *sDelta = sLse + 2 * BM;          /* two stages */
+    int *sWork = (int *)(sDelta + 2 * BM);  /* per-CTA scalars, see below */
 
     const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
     const int sq = (int)fa_seqlen_q(&p, b), sk = (int)fa_seqlen_k(&p, b);
@@ -189,9 +219,10 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
         for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.0f;
 
     /* ldmatrix geometry of this lane (see fwd.cu): xa for A operands and
-     * transposed loads, xb for B operands. mq * 2 chunks of sdS are whole
-     * 32-byte pairs, and ds * SL / qs * QC columns are multiples of 64, so
-     * those parts of an address add without touching the swizzled bits. */
+     * transposed loads, xb for B operands. A warp's column slice (ds * SL,
+     * qs * QC) enters through swz as a count of 16-column steps, so it is
+     * swizzled like any other step (a 32-column slice of a 64-wide row
+     * crosses the swizzled bits). */
     const uint32_t r7 = lane & 7;
     const uint32_t xa = ((lane >> 4) ^ r7) << 4, xb = (((lane >> 3) & 1) ^ r7) << 4;
     constexpr uint32_t ROWB = HD * sizeof(T), DSB = BM * sizeof(T);
@@ -203,6 +234,17 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
     /* Work items: (query head of the group, row tile), the rows double-buffered. */
     const int group = (int)(p.Hq / p.Hk);
     const int count = m_hi - m_lo, total = group * count;
+    /* The item loop re-reads these per item from shared memory instead of
+     * holding them in registers across it: dK and dV need every register. */
+    if (threadIdx.x == 0) {
+        sWork[0] = m_lo;
+        sWork[1] = count;
+        sWork[2] = diag;
+        sWork[3] = sq;
+        sWork[4] = sk;
+    }
+    __syncthreads();
+    const volatile int *work = sWork; /* volatile: loaded where used, not hoisted */
     if (total > 0) {
         int h0, mm;
         bwd_item(0, count, hk, group, m_lo, n_block, h0, mm);
@@ -211,8 +253,9 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
     {
         for (int w = 0; w < total; ++w) {
             const int stage = w & 1;
+            const int w_m_lo = work[0], w_count = work[1], w_diag = work[2];
             int h, m;
-            bwd_item(w, count, hk, group, m_lo, n_block, h, m);
+            bwd_item(w, w_count, hk, group, w_m_lo, n_block, h, m);
             const int m0 = m * BM;
             const uint32_t q_addr = smem_addr(sQ + stage * BM * HD), do_addr = smem_addr(sdO + stage * BM * HD);
             const float *cLse = sLse + stage * BM, *cDelta = sDelta + stage * BM;
@@ -220,27 +263,36 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
             __syncthreads();    /* ... for every thread; item w-1 is done with the other stage and sdS */
             if (w + 1 < total) { /* prefetch the next item's rows during this one's math */
                 int h1, m1;
-                bwd_item(w + 1, count, hk, group, m_lo, n_block, h1, m1);
+                bwd_item(w + 1, w_count, hk, group, w_m_lo, n_block, h1, m1);
                 bwd_load_rows<T, HD, BM, NT>(sQ + (stage ^ 1) * BM * HD, sdO + (stage ^ 1) * BM * HD, sLse + (stage ^ 1) * BM,
                                              sDelta + (stage ^ 1) * BM, p, a, b, h1, m1 * BM, sq, aligned);
             }
             const float slope = fa_alibi_slope(&p, b, h);
 
-            /* S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys. */
+            /* P^T / dS^T are built QP query columns at a time (one pass, or two when
+             * the warp's dK/dV slice is 128 columns wide: the S^T and dP^T
+             * accumulators of half the rows leave room for dK and dV without spills). */
+            const bool full = m0 + BM <= sq && n0 + BN <= sk &&
+                              (p.window_left >= FA_UNBOUNDED || (int64_t)n0 >= (int64_t)m0 + BM - 1 + w_diag - p.window_left) &&
+                              (p.window_right >= FA_UNBOUNDED || (int64_t)n0 + BN - 1 <= (int64_t)m0 + w_diag + p.window_right);
+#pragma unroll 1
+            for (int q0 = 0; q0 < BM; q0 += QP) {
+            /* S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys and the pass's queries. */
             float st[NQ][4], dpt[NQ][4];
 #pragma unroll
             for (int j = 0; j < NQ; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
+            const uint32_t qp_addr = q_addr + q0 * ROWB, dop_addr = do_addr + q0 * ROWB; /* the pass's first query row */
 #pragma unroll
             for (int kk = 0; kk < HD / 16; ++kk) {
                 if (HD > 128 && kk >= kD) break;
                 uint32_t ka[4];
                 ldmatrix_x4(ka, k_addr + kg * 16 * ROWB + a_lane + swz(kk, xa));
 #pragma unroll
-                for (int nq = 0; nq < BM / 16; ++nq) {
+                for (int nq = 0; nq < QP / 16; ++nq) {
                     uint32_t qb[4];
-                    ldmatrix_x4(qb, q_addr + nq * 16 * ROWB + b_lane + swz(kk, xb));
+                    ldmatrix_x4(qb, qp_addr + nq * 16 * ROWB + b_lane + swz(kk, xb));
                     mma_16816<T>(st[2 * nq], ka, qb[0], qb[1]);
                     mma_16816<T>(st[2 * nq + 1], ka, qb[2], qb[3]);
                 }
@@ -251,24 +303,21 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                 uint32_t va[4];
                 ldmatrix_x4(va, v_addr + kg * 16 * ROWB + a_lane + swz(kk, xa));
 #pragma unroll
-                for (int nq = 0; nq < BM / 16; ++nq) {
+                for (int nq = 0; nq < QP / 16; ++nq) {
                     uint32_t ob[4];
-                    ldmatrix_x4(ob, do_addr + nq * 16 * ROWB + b_lane + swz(kk, xb));
+                    ldmatrix_x4(ob, dop_addr + nq * 16 * ROWB + b_lane + swz(kk, xb));
                     mma_16816<T>(dpt[2 * nq], va, ob[0], ob[1]);
                     mma_16816<T>(dpt[2 * nq + 1], va, ob[2], ob[3]);
                 }
             }
 
             /* P^T (dropped, into st) and dS^T (into dpt), element by element. */
-            const bool full = m0 + BM <= sq && n0 + BN <= sk &&
-                              (p.window_left >= FA_UNBOUNDED || (int64_t)n0 >= (int64_t)m0 + BM - 1 + diag - p.window_left) &&
-                              (p.window_right >= FA_UNBOUNDED || (int64_t)n0 + BN - 1 <= (int64_t)m0 + diag + p.window_right);
             if (full && a.plain) { /* the common case: no mask, no score modifier, no dropout */
 #pragma unroll
                 for (int j = 0; j < NQ; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int qc = j * 8 + 2 * t + (e & 1);
+                        const int qc = q0 + j * 8 + 2 * t + (e & 1);
                         const float pr = fast_exp2(st[j][e] * a.scale_log2 - cLse[qc]);
                         dpt[j][e] = pr * (dpt[j][e] - cDelta[qc]);
                         st[j][e] = pr;
@@ -279,7 +328,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = n0 + kg * 16 + g + (e >> 1) * 8;
-                    const int qc = j * 8 + 2 * t + (e & 1);
+                    const int qc = q0 + j * 8 + 2 * t + (e & 1);
                     const int row = m0 + qc;
                     float u = st[j][e] * p.scale, dcap = 1.0f;
                     if (p.softcap > 0.0f) {
@@ -287,14 +336,14 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                         u = p.softcap * tc;
                         dcap = 1.0f - tc * tc; /* d(c tanh(x/c))/dx */
                     }
-                    if (p.alibi) u -= slope * fabsf((float)(row + diag - key));
+                    if (p.alibi) u -= slope * fabsf((float)(row + w_diag - key));
                     float pr = fast_exp2(u * LOG2E_F - cLse[qc]);
-                    if (!full && !visible(p, row, key, sq, sk, diag)) pr = 0.0f;
+                    if (!full && !visible(p, row, key, sq, sk, w_diag)) pr = 0.0f;
                     float z = 1.0f; /* dropout factor keep / (1 - p) */
                     if (p.dropout_p > 0.0f) {
                         uint32_t r[4];
                         fa_dropout_words(p.dropout_seed, p.dropout_offset, b, h, row, key >> 2, r);
-                        z = r[key & 3] >= a.drop_threshold ? a.drop_scale : 0.0f;
+                        z = word_of4(r, key & 3) >= a.drop_threshold ? a.drop_scale : 0.0f;
                     }
                     dpt[j][e] = pr * (dpt[j][e] * z - cDelta[qc]) * dcap;
                     st[j][e] = pr * z;
@@ -303,7 +352,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
 
             /* dV += P^T dO and dK += dS^T Q over this warp's column slice. */
 #pragma unroll
-            for (int c = 0; c < BM / 16; ++c) {
+            for (int c = 0; c < QP / 16; ++c) {
                 uint32_t pa[4], sa[4];
                 pa[0] = pack2<T>(st[2 * c][0], st[2 * c][1]);
                 pa[1] = pack2<T>(st[2 * c][2], st[2 * c][3]);
@@ -318,13 +367,13 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                     /* padded head-dim columns are zero and never stored */
                     if (HD <= 128 || ds * SL + dn * 16 < p.Dv) {
                         uint32_t ob[4];
-                        ldmatrix_x4_trans(ob, do_addr + c * 16 * ROWB + a_lane + ds * SL * (int)sizeof(T) + swz(dn, xa));
+                        ldmatrix_x4_trans(ob, dop_addr + c * 16 * ROWB + a_lane + swz(ds * (SL / 16) + dn, xa));
                         mma_16816<T>(dv[2 * dn], pa, ob[0], ob[1]);
                         mma_16816<T>(dv[2 * dn + 1], pa, ob[2], ob[3]);
                     }
                     if (HD <= 128 || ds * SL + dn * 16 < p.D) {
                         uint32_t qb[4];
-                        ldmatrix_x4_trans(qb, q_addr + c * 16 * ROWB + a_lane + ds * SL * (int)sizeof(T) + swz(dn, xa));
+                        ldmatrix_x4_trans(qb, qp_addr + c * 16 * ROWB + a_lane + swz(ds * (SL / 16) + dn, xa));
                         mma_16816<T>(dk[2 * dn], sa, qb[0], qb[1]);
                         mma_16816<T>(dk[2 * dn + 1], sa, qb[2], qb[3]);
                     }
@@ -335,11 +384,12 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                     for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
                         for (int hf = 0; hf < 2; ++hf) {
-                            const int key = kg * 16 + g + hf * 8, qc = (2 * c + jj) * 8 + 2 * t;
+                            const int key = kg * 16 + g + hf * 8, qc = q0 + (2 * c + jj) * 8 + 2 * t;
                             *(uint32_t *)(sdS + tile_chunk<BM>(key, qc / 8) + (qc % 8)) = sa[jj * 2 + hf];
                         }
                 }
             }
+            } /* passes */
             __syncthreads(); /* dS^T complete */
 
             /* dQ (BM x HD) = dS K for this warp's m tile and column slice. */
@@ -353,7 +403,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
 #pragma unroll
                 for (int dn = 0; dn < QC / 16; ++dn) {
                     uint32_t kb[4];
-                    ldmatrix_x4_trans(kb, k_addr + kc * 16 * ROWB + a_lane + qs * QC * (int)sizeof(T) + swz(dn, xa));
+                    ldmatrix_x4_trans(kb, k_addr + kc * 16 * ROWB + a_lane + swz(qs * (QC / 16) + dn, xa));
                     mma_16816<T>(dq[2 * dn], da, kb[0], kb[1]);
                     mma_16816<T>(dq[2 * dn + 1], da, kb[2], kb[3]);
                 }
@@ -362,7 +412,7 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
             int rank = 0;
             if (p.deterministic) { /* key tiles add in order: rank among the tiles this row tile sees */
                 int64_t lo, hi;
-                fa_key_range(&p, sq, sk, m0, &lo, &hi);
+                fa_key_range(&p, work[3], work[4], m0, &lo, &hi);
                 rank = n_block - (int)(lo / BN);
                 if (threadIdx.x == 0) sem_wait(sem, rank);
                 __syncthreads();
@@ -370,11 +420,12 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
 #pragma unroll
             for (int d = 0; d < QC / 8; ++d)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int row = m0 + mq * 16 + g + (e >> 1) * 8;
-                    const int col = qs * QC + d * 8 + 2 * t + (e & 1);
-                    if (row < sq && col < p.D)
-                        atomicAdd(a.ws.dq_accum + (((int64_t)b * p.Sq + row) * p.Hq + h) * p.D + col, dq[d][e] * p.scale);
+                for (int hf = 0; hf < 2; ++hf) { /* rows g and g + 8; each lane holds two adjacent columns */
+                    const int row = m0 + mq * 16 + g + hf * 8;
+                    const int col = qs * QC + d * 8 + 2 * t;
+                    if (row >= sq || col >= p.D) continue;
+                    float *dst = a.ws.dq_accum + (((int64_t)b * p.Sq + row) * p.Hq + h) * p.D + col;
+                    dq_add_pair(dst, dq[d][2 * hf] * p.scale, dq[d][2 * hf + 1] * p.scale, a.dq_pairs, col + 1 < p.D);
                 }
             if (p.deterministic) {
                 __threadfence();
@@ -422,7 +473,8 @@ static int aligned16(const fa_view *v) {
 template <typename T, int HD, int NW, int BN>
 static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     cudaStream_t stream = (cudaStream_t)x->stream;
-    const size_t smem = (size_t)(2 * BN * HD + 4 * BWD_BM * HD + BN * BWD_BM) * sizeof(T) + 4 * BWD_BM * sizeof(float);
+    const size_t smem = (size_t)(2 * BN * HD + 4 * BWD_BM * HD + BN * BWD_BM) * sizeof(T) + 4 * BWD_BM * sizeof(float) +
+                        8 * sizeof(int); /* sWork */
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm80_bwd_kernel<T, HD, NW, BN, BWD_BM>, smem, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
@@ -447,8 +499,8 @@ static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
 template <typename T>
 static fa_status dispatch(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
-    if (hd <= 64) return run<T, 64, 4, 64>(p, x, a);
-    if (hd <= 128) return run<T, 128, 8, 64>(p, x, a);
+    if (hd <= 64) return run<T, 64, 8, 128>(p, x, a);
+    if (hd <= 128) return run<T, 128, 8, 128>(p, x, a);
     return run<T, 256, 8, 64>(p, x, a);
 }
 
@@ -474,6 +526,7 @@ extern "C" fa_status sm80_bwd(const fa_problem *p, const fa_exec *x) {
     a.drop_scale = p->dropout_p > 0.0f ? 1.0f / (1.0f - p->dropout_p) : 1.0f;
     a.inv_softcap = p->softcap > 0.0f ? 1.0f / p->softcap : 0.0f;
     a.scale_log2 = p->scale * LOG2E_F;
+    a.dq_pairs = p->D % 2 == 0 && (uintptr_t)a.ws.dq_accum % 8 == 0;
     a.plain = !(p->softcap > 0.0f) && p->alibi == NULL && !(p->dropout_p > 0.0f);
     if (p->dtype == FA_BF16) return dispatch<__nv_bfloat16>(p, x, &a);
     return dispatch<__half>(p, x, &a);
