@@ -59,14 +59,20 @@ __device__ __forceinline__ void kv_tile_load(T *tile, const fa_problem &p, const
     else tile_load<T, HD, BN, NT>(tile, p, v, true, b, j0, hk, sk - j0, ncols, aligned);
 }
 
+/* K/V pipeline depth: the one-warp packed CTAs stream long key ranges with
+ * little math per tile, so they keep two tiles in flight while computing a
+ * third (at head dim 256 three stages would leave two CTAs per SM). */
+template <int HD, bool PACK>
+__host__ __device__ constexpr int fwd_stages() { return PACK && HD <= 128 ? 3 : 2; }
+
 template <typename T, int HD, int NW, int MT, int BN, bool PACK>
 __global__ void __launch_bounds__(NW * 32, 1)
 sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fwd_args a) {
-    constexpr int BM = NW * MT * 16, NT = NW * 32, NS = BN / 8, ND = HD / 8;
+    constexpr int BM = NW * MT * 16, NT = NW * 32, NS = BN / 8, ND = HD / 8, STAGES = fwd_stages<HD, PACK>();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *sQ = (T *)smem_raw;
-    T *sK = sQ + BM * HD;      /* two stages */
-    T *sV = sK + 2 * BN * HD;  /* two stages */
+    T *sK = sQ + BM * HD;           /* STAGES stages */
+    T *sV = sK + STAGES * BN * HD;  /* STAGES stages */
 
     const int m_block = gridDim.x - 1 - blockIdx.x; /* longest (causal) rows first */
     const int b = blockIdx.z / a.splits, split = blockIdx.z % a.splits;
@@ -116,13 +122,19 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
     const int diag = (int)fa_diag_offset(&p, sq, sk);
     const float slope = fa_alibi_slope(&p, b, h0); /* unpacked: one head per CTA */
 
-    /* Prologue: Q and the first K in one group, the first V in the next. */
+    /* Prologue: Q and the first K in one group, the first V in the next; with
+     * three stages the second tile's K and V in two more (empty past the end,
+     * so every tile owns two groups and the wait counts stay uniform). */
     if (PACK) tile_load_packed_q<T, HD, BM, NT>(sQ, p, p.q, b, m0, h0, group, rows - m0, (int)p.D, aligned);
     else tile_load<T, HD, BM, NT>(sQ, p, p.q, false, b, m0, h0, sq - m0, (int)p.D, aligned);
-    if (n_lo < n_hi) kv_tile_load<T, HD, BN, NT, PACK>(sK, p, p.k, b, n_lo * BN, hk, sk, (int)p.D, aligned);
-    cp_async_commit();
-    if (n_lo < n_hi) kv_tile_load<T, HD, BN, NT, PACK>(sV, p, p.v, b, n_lo * BN, hk, sk, (int)p.Dv, aligned);
-    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        const int j = (n_lo + s) * BN;
+        if (n_lo + s < n_hi) kv_tile_load<T, HD, BN, NT, PACK>(sK + s * BN * HD, p, p.k, b, j, hk, sk, (int)p.D, aligned);
+        cp_async_commit();
+        if (n_lo + s < n_hi) kv_tile_load<T, HD, BN, NT, PACK>(sV + s * BN * HD, p, p.v, b, j, hk, sk, (int)p.Dv, aligned);
+        cp_async_commit();
+    }
 
     float o[MT][ND][4];
     float m_run[MT][2], l_run[MT][2];
@@ -145,16 +157,18 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
     const uint32_t v_lane = (lane & 15) * ROWB;
 
     for (int n = n_lo; n < n_hi; ++n) {
-        const int stage = (n - n_lo) & 1;
+        const int stage = (int)((unsigned)(n - n_lo) % STAGES);
         const uint32_t k_addr = smem_addr(sK) + stage * BN * ROWB + k_lane;
         const uint32_t v_addr = smem_addr(sV) + stage * BN * ROWB + v_lane;
-        cp_async_wait<1>(); /* K(n) has landed; V(n) may still be in flight */
-        __syncthreads();    /* ... for every thread, and the other stage is free again */
-        if (n + 1 < n_hi) {
-            const int j1 = (n + 1) * BN;
-            kv_tile_load<T, HD, BN, NT, PACK>(sK + (stage ^ 1) * BN * HD, p, p.k, b, j1, hk, sk, (int)p.D, aligned);
+        /* Pending groups, oldest first: K(n), V(n), then K and V of each later
+         * tile already issued (STAGES - 2 of them). */
+        cp_async_wait<2 * STAGES - 3>(); /* K(n) has landed; V(n) and later tiles may still be in flight */
+        __syncthreads(); /* ... for every thread, and tile n - 1's stage is free again */
+        if (n + STAGES - 1 < n_hi) { /* refill that stage with tile n + STAGES - 1 */
+            const int j1 = (n + STAGES - 1) * BN, fill = stage == 0 ? STAGES - 1 : stage - 1;
+            kv_tile_load<T, HD, BN, NT, PACK>(sK + fill * BN * HD, p, p.k, b, j1, hk, sk, (int)p.D, aligned);
             cp_async_commit();
-            kv_tile_load<T, HD, BN, NT, PACK>(sV + (stage ^ 1) * BN * HD, p, p.v, b, j1, hk, sk, (int)p.Dv, aligned);
+            kv_tile_load<T, HD, BN, NT, PACK>(sV + fill * BN * HD, p, p.v, b, j1, hk, sk, (int)p.Dv, aligned);
             cp_async_commit();
         } else { /* empty groups keep the wait counts uniform */
             cp_async_commit();
@@ -274,7 +288,7 @@ sm80_fwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ fw
                 }
         }
 
-        cp_async_wait<2>(); /* V(n) has landed (the next K and V may be in flight) */
+        cp_async_wait<2 * STAGES - 2>(); /* V(n) has landed (the later tiles' K and V may be in flight) */
         __syncthreads();
 
         /* O += P V: S tiles 2c and 2c+1 form the A fragment of key chunk c. */
@@ -355,7 +369,7 @@ static int aligned16(const fa_view *v) {
 template <typename T, int HD, int NW, int MT, int BN, bool PACK>
 static fa_status launch(const fa_problem *p, const fa_exec *x, const fwd_args *a) {
     constexpr int BM = NW * MT * 16;
-    const size_t smem = (size_t)(BM + 4 * BN) * HD * sizeof(T);
+    const size_t smem = (size_t)(BM + 2 * fwd_stages<HD, PACK>() * BN) * HD * sizeof(T);
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm80_fwd_kernel<T, HD, NW, MT, BN, PACK>, smem, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 forward: %s", cudaGetErrorString(e));

@@ -68,12 +68,13 @@ static int fwd_block_n(const fa_problem *p) {
  * merge stays cheap next to the work.
  *   unpacked (128-row CTAs of 4 or 8 warps, one or two per SM): about two
  *     waves of CTAs;
- *   packed (16-row CTAs of one warp with 35 KiB of shared memory, 72 KiB at
- *     head dim 256): four CTAs per SM (two at 256), which fit at once on
- *     any sm_80+ SM, so every SM keeps about four K/V tiles of loads in
- *     flight (~64 KiB at D 128, what a streaming read needs to reach the
- *     bandwidth); the count is rounded down so that no partial second wave
- *     is left.
+ *   packed (16-row CTAs of one warp, three K/V stages in 50-52 KiB of
+ *     shared memory; two stages in 72 KiB at head dim 256): four CTAs per
+ *     SM (two at 256), which fit at once on an H100/H200 SM (an A100 SM
+ *     holds three), so every SM keeps about eight K/V tiles of loads in
+ *     flight (~128 KiB at D 128; a streaming read needs ~50-60 KiB per SM
+ *     to reach the bandwidth); the count is rounded down so that no partial
+ *     second wave is left.
  */
 extern "C" int sm80_kvcache_splits(const fa_problem *p, int num_sms) {
     if (p->num_splits > 0) return p->num_splits;
