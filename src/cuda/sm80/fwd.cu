@@ -6,8 +6,9 @@
  *   S = Q K^T       Q and K fragments come from swizzled shared memory by ldmatrix
  *   online softmax  on the S accumulator in registers, exp2 with the scale folded in
  *   O += P V        the S accumulator, rounded to 16 bits, is the A operand as is
- * K and V are double-buffered: the next tile's cp.async copies run during the
- * current tile's math. Only tiles that cross a mask boundary pay for the mask.
+ * K and V are double-buffered (three stages in the packed CTAs below): the
+ * next tiles' cp.async copies run during the current tile's math. Only tiles
+ * that cross a mask boundary pay for the mask.
  *
  * With splits > 1 (Flash-Decoding) blockIdx.z also selects a chunk of the key
  * tiles and the CTA writes a normalised float32 partial and its lse, merged
