@@ -6,6 +6,8 @@
  *        -Isrc/cuda/sm90 scripts/sm90_selftest.cu -o sm90_selftest
  *   ./sm90_selftest check        # awkward shapes vs a float64 reference
  *   ./sm90_selftest varlen       # only the varlen (packed sequences) cases
+ *   ./sm90_selftest fp8          # e4m3 inputs (fp8_small: two cases, for compute-sanitizer)
+ *   ./sm90_selftest bench_fp8    # e4m3 TFLOP/s, head dim 128, 16 heads
  *   ./sm90_selftest bench [D [causal [varlen]]]  # TFLOP/s on the standard grid (hidden 2048)
  *
  * Check rule (flash-attn's): the kernel's max error against float64 must be at
@@ -367,6 +369,286 @@ static int check_all(bool small, bool varlen_only) {
     return fails != 0;
 }
 
+/* ---- e4m3 inputs ------------------------------------------------------------ */
+
+static uint8_t to_e4m3(float x) { return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
+static float from_e4m3(uint8_t u) {
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)u, __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+/* e4m3 q, k, v with per-(batch, kv head) descales, bf16 output. Rule: error
+ * against float64 (on the dequantised inputs) at most 2x that of a naive
+ * implementation in the same precision (float32 scores, P rounded to e4m3
+ * before P V, output rounded to bf16) plus half a bf16 ulp of max|o|. */
+static int run_fp8_case(const Case &c) {
+    const int64_t D = c.D;
+    const int64_t qsh = D + c.pad, qss = c.Hq * qsh, qsb = c.Sq * qss;
+    const int64_t ksh = D + c.pad, kss = c.Hk * ksh, ksb = c.Sk * kss;
+    std::vector<uint8_t> hq(c.B * qsb), hk(c.B * ksb), hv(c.B * ksb);
+    for (auto &x : hq) x = to_e4m3((float)(nrand() * c.qscale));
+    for (auto &x : hk) x = to_e4m3((float)(nrand() * c.qscale));
+    for (auto &x : hv) x = to_e4m3((float)nrand());
+    std::vector<float> desc[3];
+    for (int i = 0; i < 3; ++i)
+        for (int e = 0; e < c.B * c.Hk; ++e) desc[i].push_back((float)(0.5 + 1.5 * urand()));
+    uint8_t *dq, *dk, *dv;
+    uint16_t *dout;
+    float *dlse, *ddesc[3];
+    void *ws;
+    CK(cudaMalloc(&dq, hq.size()));
+    CK(cudaMalloc(&dk, hk.size()));
+    CK(cudaMalloc(&dv, hv.size()));
+    CK(cudaMalloc(&dout, hq.size() * 2));
+    CK(cudaMalloc(&dlse, (size_t)c.B * c.Hq * c.Sq * 4));
+    CK(cudaMemcpy(dq, hq.data(), hq.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dk, hk.data(), hk.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv, hv.data(), hv.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xFF, hq.size() * 2));
+    CK(cudaMemset(dlse, 0xFF, (size_t)c.B * c.Hq * c.Sq * 4));
+    for (int i = 0; i < 3; ++i) {
+        CK(cudaMalloc(&ddesc[i], desc[i].size() * 4));
+        CK(cudaMemcpy(ddesc[i], desc[i].data(), desc[i].size() * 4, cudaMemcpyHostToDevice));
+    }
+    fa_problem p;
+    memset(&p, 0, sizeof p);
+    p.dtype = FA_F8_E4M3;
+    p.B = c.B;
+    p.Sq = c.Sq;
+    p.Sk = c.Sk;
+    p.Hq = c.Hq;
+    p.Hk = c.Hk;
+    p.D = p.Dv = D;
+    p.q = {dq, qsb, qss, qsh};
+    p.out = {dout, qsb, qss, qsh};
+    p.k = {dk, ksb, kss, ksh};
+    p.v = {dv, ksb, kss, ksh};
+    p.lse = dlse;
+    p.lse_sb = (int64_t)c.Hq * c.Sq;
+    p.lse_sh = c.Sq;
+    p.lse_ss = 1;
+    p.q_descale = ddesc[0];
+    p.k_descale = ddesc[1];
+    p.v_descale = ddesc[2];
+    p.scale = 1.0f / sqrtf((float)D);
+    p.softcap = c.softcap;
+    p.window_left = c.causal ? FA_UNBOUNDED : (c.wl < 0 ? FA_UNBOUNDED : c.wl);
+    p.window_right = c.causal ? 0 : (c.wr < 0 ? FA_UNBOUNDED : c.wr);
+    p.has_mask = p.window_left < FA_UNBOUNDED || p.window_right < FA_UNBOUNDED;
+    p.top_left = c.top_left;
+    if (!fa_sm90_fwd_supports(&p)) {
+        printf("UNSUPPORTED e4m3 D=%d\n", c.D);
+        return 1;
+    }
+    fa_exec x;
+    memset(&x, 0, sizeof x);
+    x.workspace_bytes = fa_sm90_fwd_workspace(&p, &x);
+    CK(cudaMalloc(&ws, x.workspace_bytes));
+    x.workspace = ws;
+    if (fa_sm90_fwd(&p, &x) != FA_OK) return 1;
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> ho(hq.size());
+    std::vector<float> hl((size_t)c.B * c.Hq * c.Sq);
+    CK(cudaMemcpy(ho.data(), dout, ho.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hl.data(), dlse, hl.size() * 4, cudaMemcpyDeviceToHost));
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dlse);
+    cudaFree(ws);
+    for (int i = 0; i < 3; ++i) cudaFree(ddesc[i]);
+
+    double err = 0, err_naive = 0, err_lse = 0, maxref = 0;
+    int unwritten = 0, pad_touched = 0, bad_empty = 0;
+    std::vector<double> s(c.Sk), o(D);
+    std::vector<float> sf(c.Sk), of(D), qi(D), kj(D);
+    const int64_t off = c.top_left ? 0 : (int64_t)c.Sk - c.Sq;
+    for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.Hq; ++h) {
+            int kh = h / (c.Hq / c.Hk);
+            float qd = desc[0][b * c.Hk + kh], kd = desc[1][b * c.Hk + kh], vd = desc[2][b * c.Hk + kh];
+            for (int i = 0; i < c.Sq; ++i) {
+                const uint16_t *oi = &ho[b * qsb + i * qss + h * qsh];
+                for (int d = 0; d < D; ++d) qi[d] = from_e4m3(hq[b * qsb + i * qss + h * qsh + d]) * qd;
+                for (int e = D; e < D + c.pad; ++e)
+                    if (oi[e] != 0xFFFF) pad_touched++;
+                int64_t lo = (c.causal || c.wl < 0) ? 0 : i + off - c.wl;
+                int64_t hi = c.causal ? i + off + 1 : (c.wr < 0 ? c.Sk : i + off + c.wr + 1);
+                lo = std::max<int64_t>(lo, 0);
+                hi = std::min<int64_t>(hi, c.Sk);
+                double m = -INFINITY;
+                float mf = -INFINITY;
+                for (int64_t j = lo; j < hi; ++j) {
+                    double a = 0;
+                    float af = 0;
+                    for (int d = 0; d < D; ++d) {
+                        float kv = from_e4m3(hk[b * ksb + j * kss + kh * ksh + d]) * kd;
+                        a += (double)qi[d] * kv;
+                        af += qi[d] * kv;
+                    }
+                    a *= 1.0 / sqrt((double)D);
+                    af *= 1.0f / sqrtf((float)D);
+                    if (c.softcap > 0) {
+                        a = c.softcap * tanh(a / c.softcap);
+                        af = c.softcap * tanhf(af / c.softcap);
+                    }
+                    s[j] = a;
+                    sf[j] = af;
+                    m = std::max(m, a);
+                    mf = std::max(mf, af);
+                }
+                float lse_k = hl[(size_t)b * c.Hq * c.Sq + (size_t)h * c.Sq + i];
+                if (hi <= lo) {
+                    for (int d = 0; d < D; ++d)
+                        if (oi[d] != 0 && oi[d] != 0x8000) bad_empty++;
+                    if (!(lse_k == -INFINITY)) bad_empty++;
+                    continue;
+                }
+                double l = 0;
+                float lf = 0;
+                std::fill(o.begin(), o.end(), 0.0);
+                std::fill(of.begin(), of.end(), 0.f);
+                for (int64_t j = lo; j < hi; ++j) {
+                    double pj = exp(s[j] - m);
+                    float pf = expf(sf[j] - mf);
+                    l += pj;
+                    lf += pf;
+                    float pr = from_e4m3(to_e4m3(pf)); /* P in e4m3 */
+                    for (int d = 0; d < D; ++d) {
+                        float v8 = from_e4m3(hv[b * ksb + j * kss + kh * ksh + d]);
+                        o[d] += pj * v8 * vd;
+                        of[d] += pr * v8;
+                    }
+                }
+                for (int d = 0; d < D; ++d) {
+                    double r = o[d] / l;
+                    float nf = from16(to16(of[d] * vd / lf, true), true);
+                    float kv = from16(oi[d], true);
+                    if (isnan(kv)) {
+                        unwritten++;
+                        continue;
+                    }
+                    err = std::max(err, fabs(kv - r));
+                    err_naive = std::max(err_naive, fabs(nf - r));
+                    maxref = std::max(maxref, fabs(r));
+                }
+                double lse_ref = m + log(l);
+                if (isnan(lse_k))
+                    unwritten++;
+                else
+                    err_lse = std::max(err_lse, fabs(lse_k - lse_ref));
+            }
+        }
+    double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
+    bool ok = unwritten == 0 && pad_touched == 0 && bad_empty == 0 && err <= 2 * err_naive + half_ulp &&
+              err_lse <= 2e-3;
+    printf("%s e4m3 B=%d Sq=%d Sk=%d Hq=%d Hk=%d D=%d causal=%d tl=%d win=(%d,%d) cap=%g mag=%g pad=%d | err %.2e "
+           "naive %.2e lse %.2e max|o| %.2f unwritten %d pad %d empty %d\n",
+           ok ? "PASS" : "FAIL", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D, c.causal, c.top_left, c.wl, c.wr, c.softcap,
+           c.qscale, c.pad, err, err_naive, err_lse, maxref, unwritten, pad_touched, bad_empty);
+    return ok ? 0 : 1;
+}
+
+static int check_fp8(bool small) {
+    std::vector<Case> cases;
+    cases.push_back({1, 130, 300, 2, 1, 128, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+    cases.push_back({1, 70, 200, 2, 2, 128, 0, 0, -1, -1, 0.f, true, 1.f, 16});
+    if (!small) {
+        for (int D : {128}) { /* 80..112 once the library takes them */
+            cases.push_back({1, 1, 1, 1, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({2, 17, 17, 2, 1, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({1, 113, 203, 4, 2, D, 0, 0, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({1, 113, 203, 4, 2, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({1, 203, 113, 2, 2, D, 1, 1, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({1, 203, 113, 2, 2, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({2, 1023, 1024, 4, 1, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({1, 3, 799, 2, 2, D, 0, 0, -1, -1, 0.f, true, 1.f, 16});
+            cases.push_back({1, 300, 700, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
+            cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, true, 3.f, 0});
+            cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, true, 4.f, 0});
+        }
+    }
+    int fails = 0;
+    for (const Case &c : cases) fails += run_fp8_case(c);
+    printf("e4m3: %d / %zu cases failed\n", fails, cases.size());
+    return fails != 0;
+}
+
+/* e4m3 timing: head dim 128, 16 heads, the standard (batch, seqlen) grid */
+static int bench_fp8(void) {
+    const int bs[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};
+    printf("%-6s %-6s %-6s %-6s %-10s %-10s\n", "D", "causal", "batch", "seqlen", "ms", "TFLOP/s");
+    for (int causal = 0; causal < 2; ++causal)
+        for (auto &bsz : bs) {
+            int B = bsz[0], S = bsz[1], H = 16, D = 128;
+            size_t n = (size_t)B * S * H * D;
+            uint8_t *q, *k, *v;
+            uint16_t *o;
+            void *ws;
+            CK(cudaMalloc(&q, n));
+            CK(cudaMalloc(&k, n));
+            CK(cudaMalloc(&v, n));
+            CK(cudaMalloc(&o, n * 2));
+            std::vector<uint8_t> h(n);
+            for (auto &x : h) x = to_e4m3((float)nrand());
+            CK(cudaMemcpy(q, h.data(), n, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(k, h.data(), n, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(v, h.data(), n, cudaMemcpyHostToDevice));
+            fa_problem p;
+            memset(&p, 0, sizeof p);
+            p.dtype = FA_F8_E4M3;
+            p.B = B;
+            p.Sq = p.Sk = S;
+            p.Hq = p.Hk = H;
+            p.D = p.Dv = D;
+            int64_t ss = (int64_t)H * D, sb = (int64_t)S * ss;
+            p.q = {q, sb, ss, D};
+            p.k = {k, sb, ss, D};
+            p.v = {v, sb, ss, D};
+            p.out = {o, sb, ss, D};
+            p.scale = 1.0f / sqrtf((float)D);
+            p.window_left = FA_UNBOUNDED;
+            p.window_right = causal ? 0 : FA_UNBOUNDED;
+            p.has_mask = causal;
+            fa_exec x;
+            memset(&x, 0, sizeof x);
+            x.workspace_bytes = fa_sm90_fwd_workspace(&p, &x);
+            CK(cudaMalloc(&ws, x.workspace_bytes));
+            x.workspace = ws;
+            for (int w = 0; w < 3; ++w) fa_sm90_fwd(&p, &x);
+            CK(cudaDeviceSynchronize());
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            std::vector<float> ts;
+            for (int r = 0; r < 20; ++r) {
+                cudaEventRecord(e0);
+                fa_sm90_fwd(&p, &x);
+                cudaEventRecord(e1);
+                cudaEventSynchronize(e1);
+                float ms;
+                cudaEventElapsedTime(&ms, e0, e1);
+                ts.push_back(ms);
+            }
+            CK(cudaGetLastError());
+            std::sort(ts.begin(), ts.end());
+            double ms = ts[ts.size() / 2];
+            double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
+            printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f e4m3 (V transpose included)\n", D, causal, B, S, ms,
+                   flops / ms / 1e9);
+            cudaFree(q);
+            cudaFree(k);
+            cudaFree(v);
+            cudaFree(o);
+            cudaFree(ws);
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+        }
+    return 0;
+}
+
 /* Median kernel time over reps, on random inputs. */
 static int bench(int argc, char **argv) {
     /* optional filters: bench [D [causal [varlen]]]; varlen packs the batch's
@@ -464,6 +746,9 @@ static int bench(int argc, char **argv) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* keep finished lines if a case hangs */
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "bench_fp8")) return bench_fp8();
+    if (argc > 1 && !strcmp(argv[1], "fp8")) return check_fp8(false);
+    if (argc > 1 && !strcmp(argv[1], "fp8_small")) return check_fp8(true);
     /* check: every case; small: a few, for compute-sanitizer; varlen: varlen cases only */
     return check_all(argc > 1 && !strcmp(argv[1], "small"), argc > 1 && !strcmp(argv[1], "varlen"));
 }

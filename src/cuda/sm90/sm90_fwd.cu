@@ -15,11 +15,12 @@
  * warpgroups = query rows / 64). Head dim 64 is softmax-bound, so three
  * consumers share the tensor cores there, except for short masked problems
  * where 192-row tiles leave the machine unbalanced. */
-enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256 };
+enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_D128 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3>;
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 template <bool BF16> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2>;
 template <bool BF16> using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2>; /* O staged in the Q buffer */
+using Sm90CfgF8D128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;               /* e4m3 in, bf16 out */
 
 /* cuTensorMapEncodeTiled, reached through the runtime so nothing links -lcuda. */
 static PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
@@ -39,14 +40,14 @@ static PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
     return fn;
 }
 
-/* 4-D map over a (B, S, H, D) view (strides in elements), boxes of 64 columns
- * (128 bytes, one swizzle span) x box_rows rows. Returns 0 if TMA cannot
- * address the view (alignment, stride limits). */
+/* 4-D map over a (B, S, H, D) view (strides in elements), boxes of 128
+ * bytes (one swizzle span: 64 16-bit or 128 8-bit columns) x box_rows rows.
+ * Returns 0 if TMA cannot address the view (alignment, stride limits). */
 static int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt, int64_t B, int64_t S, int64_t H,
                          int64_t D, int box_rows) {
     PFN_cuTensorMapEncodeTiled_v12000 encode = sm90_encode_fn();
     if (!encode) return 0;
-    const int64_t es = 2;
+    const int64_t es = dt == FA_F8_E4M3 ? 1 : 2;
     if (((uintptr_t)v->data) % 16) return 0;
     int64_t dims[4] = {D, S, H, B};
     int64_t strides[3] = {v->ss * es, v->sh * es, v->sb * es};
@@ -66,9 +67,12 @@ static int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt, int64_
         if (strides[i] <= 0 || strides[i] % 16 || strides[i] >= ((int64_t)1 << 40)) return 0;
         gstride[i] = (cuuint64_t)strides[i];
     }
-    cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
+    cuuint32_t box[4] = {(cuuint32_t)(128 / es), (cuuint32_t)box_rows, 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
-    CUresult r = encode(map, dt == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+    CUtensorMapDataType type = dt == FA_BF16    ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                               : dt == FA_F16   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                : CU_TENSOR_MAP_DATA_TYPE_UINT8; /* e4m3 bytes */
+    CUresult r = encode(map, type, 4,
                         v->data, gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -82,6 +86,7 @@ static int sm90_head_dim_ok(int64_t d) { return d >= 8 && d <= 256 && d % 8 == 0
 static int sm90_padded_head_dim(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 
 static sm90_variant sm90_pick(const fa_problem *p) {
+    if (p->dtype == FA_F8_E4M3) return SM90_F8_D128;
     switch (sm90_padded_head_dim(p->D)) {
     case 64: return p->has_mask && p->Sq <= 1024 ? SM90_D64_M128 : SM90_D64_M192;
     case 128: return SM90_D128;
@@ -93,8 +98,16 @@ static sm90_variant sm90_pick(const fa_problem *p) {
 static int sm90_block_m(const fa_problem *p) { return sm90_pick(p) == SM90_D64_M192 ? 192 : 128; }
 static int sm90_block_n(const fa_problem *p) { return sm90_pick(p) == SM90_D256 ? 64 : 128; }
 
-/* Builds every field of the kernel parameters; 0 if the problem is not TMA-addressable. */
-static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
+/* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key chunks). */
+static int64_t sm90_fp8_vt_keys(const fa_problem *p) { return (p->Sk + 31) / 32 * 32; }
+static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
+    return (size_t)p->B * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_keys(p);
+}
+
+/* Builds every field of the kernel parameters; 0 if the problem is not
+ * TMA-addressable. vt: the e4m3 V^T buffer (NULL: only check that the
+ * problem is addressable; the map is then built over a stand-in address). */
+static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt) {
     memset(k, 0, sizeof(*k));
     const int64_t D = p->D;
     /* Varlen: the maps span the packed rows as one batch; each tile adds its
@@ -104,8 +117,22 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
     if (!sm90_make_map(&k->tm_q, &p->q, p->dtype, map_b, rows_q, p->Hq, D, sm90_block_m(p))) return 0;
     if (!sm90_make_map(&k->tm_k, &p->k, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) return 0;
-    if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) return 0;
-    if (!sm90_make_map(&k->tm_o, &p->out, p->dtype, map_b, rows_q, p->Hq, D, 64)) return 0;
+    if (p->dtype == FA_F8_E4M3) {
+        /* V^T (B, Hk, D, keys): the map's "rows" are head-dim rows, its "columns" keys */
+        const int64_t keys = sm90_fp8_vt_keys(p);
+        fa_view vt_view = {vt ? vt : (void *)(uintptr_t)1024, p->Hk * D * keys, keys, D * keys};
+        /* whole 128-row boxes: rows past D are zero-filled and count towards
+         * the transaction bytes the producer expects (KV_BYTES) */
+        if (!sm90_make_map(&k->tm_v, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, 128)) return 0;
+        k->q_descale = p->q_descale;
+        k->k_descale = p->k_descale;
+        k->v_descale = p->v_descale;
+    } else if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) {
+        return 0;
+    }
+    /* the output is bf16 for e4m3 inputs */
+    const fa_dtype out_dt = p->dtype == FA_F8_E4M3 ? FA_BF16 : p->dtype;
+    if (!sm90_make_map(&k->tm_o, &p->out, out_dt, map_b, rows_q, p->Hq, D, 64)) return 0;
     k->cu_seqlens_q = p->cu_seqlens_q;
     k->cu_seqlens_k = p->cu_seqlens_k;
     if (((uintptr_t)p->out.data) % 16) return 0;
@@ -123,6 +150,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
     k->batch = (int)p->B;
     k->head_dim = (int)p->D;
     k->q_per_kv = (int)(p->Hq / p->Hk);
+    k->hk = (int)p->Hk;
     k->num_m_blocks = (int)((p->Sq + sm90_block_m(p) - 1) / sm90_block_m(p));
     int64_t tiles = (int64_t)k->num_m_blocks * p->Hq * p->B;
     if (tiles >= ((int64_t)1 << 31)) return 0;
@@ -144,8 +172,15 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k) {
 }
 
 extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
-    if (p->dtype != FA_BF16 && p->dtype != FA_F16) return 0;
+    if (p->dtype != FA_BF16 && p->dtype != FA_F16 && p->dtype != FA_F8_E4M3) return 0;
     if (p->D != p->Dv || !sm90_head_dim_ok(p->D)) return 0;
+    /* e4m3: head dim 128, batched only (the V transpose walks (B, Sk) rows).
+     * The kernel is written for 80..128 in steps of 16 (zero-filled columns),
+     * but only 128 has been run on the device so far. */
+    if (p->dtype == FA_F8_E4M3 && (p->D != 128 || p->cu_seqlens_q || p->B > 65535)) return 0; /* B: grid z */
+    /* ... and the transpose reads V in 16-byte chunks */
+    if (p->dtype == FA_F8_E4M3 && (((uintptr_t)p->v.data) % 16 || p->v.ss % 16 || p->v.sh % 16 || p->v.sb % 16))
+        return 0;
     if (p->seqlens_k || p->block_table || p->k_new.data) return 0;
     if (!p->cu_seqlens_q != !p->cu_seqlens_k) return 0;
     if (p->cu_seqlens_q) {
@@ -160,13 +195,42 @@ extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
     if (p->B < 1 || p->Sq < 1 || p->Sk < 1 || p->Sq >= ((int64_t)1 << 30) || p->Sk >= ((int64_t)1 << 30)) return 0;
     if (p->Hq > 65535 || p->Hq % p->Hk) return 0;
     Sm90FwdParams k;
-    return sm90_fill_params(p, &k);
+    return sm90_fill_params(p, &k, NULL);
 }
 
 extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
-    (void)p;
     (void)x;
-    return 0;
+    return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : 0;
+}
+
+/* e4m3: writes V^T (B, Hk, D, keys) with each 32-key chunk's keys permuted
+ * to the P fragment order (sm90_fp8_key_of_slot); keys past Sk are zero.
+ * One CTA per (64 keys, kv head, batch): 64 rows of V through shared memory. */
+__global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, int64_t v_sb, int64_t v_ss,
+                                                            int64_t v_sh, int sk, int d, int keys,
+                                                            uint8_t *vt) {
+    __shared__ __align__(16) uint8_t tile[64][128 + 16]; /* + 16: rows start on different banks */
+    const int key0 = blockIdx.x * 64, h = blockIdx.y, b = blockIdx.z;
+    const int chunks = d / 16; /* 16-byte chunks per V row */
+    for (int c = threadIdx.x; c < 64 * chunks; c += blockDim.x) {
+        int r = c / chunks, ch = c % chunks, key = key0 + r;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (key < sk) val = *reinterpret_cast<const uint4 *>(v + b * v_sb + key * v_ss + h * v_sh + ch * 16);
+        *reinterpret_cast<uint4 *>(&tile[r][ch * 16]) = val;
+    }
+    __syncthreads();
+    /* output: d rows of (up to) 64 slots; 4 slots (one 32-bit store) per step */
+    const int slots = min(64, keys - key0);
+    for (int c = threadIdx.x; c < d * (slots / 4); c += blockDim.x) {
+        int row = c / (slots / 4), s0 = (c % (slots / 4)) * 4;
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i) {
+            int s = s0 + i;
+            int key = (s / 32) * 32 + sm90_fp8_key_of_slot(s % 32); /* key held by slot s */
+            word |= (uint32_t)tile[key][row] << (8 * i);
+        }
+        *reinterpret_cast<uint32_t *>(vt + (((int64_t)b * gridDim.y + h) * d + row) * keys + key0 + s0) = word;
+    }
 }
 
 /* Multiprocessor count of a device, cached (the persistent grid size). */
@@ -201,14 +265,28 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(k, x);
     case SM90_D128: return sm90_launch<Sm90CfgD128<BF16>>(k, x);
     case SM90_D256: return sm90_launch<Sm90CfgD256<BF16>>(k, x);
+    case SM90_F8_D128: break; /* launched by fa_sm90_fwd */
     }
     return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: no kernel for head dim %lld", (long long)p->D);
 }
 
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
-    if (!sm90_fill_params(p, &k))
+    const int fp8 = p->dtype == FA_F8_E4M3;
+    if (fp8 && (!x->workspace || x->workspace_bytes < sm90_fp8_vt_bytes(p)))
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: float8 needs %zu bytes of workspace", sm90_fp8_vt_bytes(p));
+    if (!sm90_fill_params(p, &k, fp8 ? x->workspace : NULL))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: problem is not addressable by TMA");
     if (k.num_tiles == 0) return FA_OK;
+    if (fp8) {
+        const int keys = (int)sm90_fp8_vt_keys(p);
+        dim3 grid((unsigned)((keys + 63) / 64), (unsigned)p->Hk, (unsigned)p->B);
+        sm90_fp8_transpose_v<<<grid, 256, 0, (cudaStream_t)x->stream>>>(
+            (const uint8_t *)p->v.data, p->v.sb, p->v.ss, p->v.sh, (int)p->Sk, (int)p->D, keys,
+            (uint8_t *)x->workspace);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
+        return sm90_launch<Sm90CfgF8D128>(k, x);
+    }
     return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);
 }

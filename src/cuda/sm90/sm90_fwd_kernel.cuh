@@ -28,6 +28,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -52,37 +53,53 @@ struct Sm90FwdParams {
     int64_t window_left, window_right;  /* relative to the diagonal; huge when unbounded */
     float scale_log2;                   /* multiplies S to give base-2 logits */
     float softcap_pre;                  /* softcap: S = tanh(S * softcap_pre); 0 = off */
+    /* e4m3: per (batch, kv head) dequantisation factors, (B, Hk) contiguous;
+     * NULL means 1. */
+    const float *q_descale, *k_descale, *v_descale;
+    int hk;
 };
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
-template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2>
+template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false>
 struct Sm90FwdConfig {
     static constexpr int D = D_;           /* head dim (= Dv) */
     static constexpr int CONSUMERS = CONSUMERS_; /* consumer warpgroups, 64 query rows each */
     static constexpr int BM = 64 * CONSUMERS;    /* query rows per tile */
     static constexpr int BN = BN_;         /* keys per kv block */
     static constexpr int STAGES = STAGES_; /* K/V ring depth */
-    static constexpr bool BF16 = BF16_;
-    static constexpr int SLABS = D / 64;   /* 128-byte (64-element) column slabs */
+    /* FP8: q, k, v in e4m3 (V given transposed, see sm90_fp8_transpose_v),
+     * output bf16; else all in bf16 (BF16) or f16. */
+    static constexpr bool FP8 = FP8_;
+    static constexpr bool BF16 = BF16_ || FP8_; /* the 16-bit output type */
+    static constexpr int ES = FP8 ? 1 : 2;      /* bytes per input element */
+    static constexpr int BOX_COLS = 128 / ES;   /* input elements per 128-byte slab */
+    static constexpr int SLABS = D * ES / 128;  /* 128-byte column slabs of a Q or K row */
+    static constexpr int O_SLABS = D / 64;      /* ... of an output row (16-bit) */
     /* Varlen support; head dim 256 leaves no registers for it (falls back). */
-    static constexpr bool VARLEN = D != 256;
+    static constexpr bool VARLEN = D != 256 && !FP8;
+    static_assert(!FP8 || (D == 128 && BN == 128), "e4m3: one 128-byte slab per Q/K row and per V^T row");
 
-    static constexpr int Q_SLAB = BM * 128; /* bytes of one slab of the Q tile */
+    static constexpr int Q_SLAB = BM * 128; /* bytes of one slab of the Q (and O) tile */
     static constexpr int KV_SLAB = BN * 128;
-    static constexpr int Q_BYTES = BM * D * 2;
-    static constexpr int KV_BYTES = BN * D * 2;
+    static constexpr int Q_BYTES = BM * D * ES;
+    static constexpr int KV_BYTES = BN * D * ES; /* a K tile, or a V (V^T for e4m3) tile */
+    static constexpr int O_BYTES = BM * D * 2;
     /* O is staged in its own buffer when it fits, else in the Q buffer (then
      * the next Q load waits for the store to drain). */
-    static constexpr bool O_IN_Q = (Q_BYTES * 2 + 2 * STAGES * KV_BYTES) > 200 * 1024;
+    static constexpr bool O_IN_Q = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
+    static_assert(!O_IN_Q || O_BYTES <= Q_BYTES, "O staged in the Q buffer must fit there");
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = O_IN_Q ? OFF_Q : OFF_V + STAGES * KV_BYTES;
-    static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + (O_IN_Q ? 0 : Q_BYTES);
+    static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + (O_IN_Q ? 0 : O_BYTES);
     static constexpr int NUM_BARS = 2 + 4 * STAGES;
     /* + 1024 so the base can be rounded up to the swizzle atom. */
     static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024;
+
+    /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */
+    static constexpr int P_REGS = FP8 ? BN / 8 : BN / 4;
 
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     /* Register split: setmaxnreg only moves registers inside what the CTA got
@@ -181,7 +198,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         mbar_wait(q_empty, (tile_iter & 1) ^ 1);
         mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
         for (int s = 0; s < Cfg::SLABS; ++s)
-            tma_load_4d(smem + Cfg::OFF_Q + s * Cfg::Q_SLAB, &p.tm_q, q_full, s * 64,
+            tma_load_4d(smem + Cfg::OFF_Q + s * Cfg::Q_SLAB, &p.tm_q, q_full, s * Cfg::BOX_COLS,
                         tile.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.map_b);
         /* Varlen: a block straddling the sequence end also loads the next
          * sequence's first keys (or zeros past the tensor); the consumers mask
@@ -192,11 +209,14 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
             uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
             for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * 64, tile.k_row0 + n * Cfg::BN,
+                tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS, tile.k_row0 + n * Cfg::BN,
                             kv_head, tile.map_b);
             mbar_wait(&v_empty[stage], parity);
             mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
             uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
+            if constexpr (Cfg::FP8) /* V^T: D rows of BN keys (one 128-byte slab each) */
+                tma_load_4d(v_dst, &p.tm_v, &v_full[stage], n * Cfg::BN, 0, kv_head, tile.map_b);
+            else
             for (int s = 0; s < Cfg::SLABS; ++s)
                 tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, tile.k_row0 + n * Cfg::BN,
                             kv_head, tile.map_b);
@@ -207,16 +227,26 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
 
 /* ---- consumer building blocks ---------------------------------------------- */
 
-template <int N, bool BF16>
+template <int N, bool BF16, bool FP8>
 __device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (FP8) {
+        static_assert(N == 128, "e4m3 S GEMM: 128 keys");
+        wgmma_ss_m64n128_e4m3(d, da, db, accumulate);
+        return;
+    }
     if constexpr (N == 64 && BF16) wgmma_ss_m64n64_bf16(d, da, db, accumulate);
     if constexpr (N == 64 && !BF16) wgmma_ss_m64n64_f16(d, da, db, accumulate);
     if constexpr (N == 128 && BF16) wgmma_ss_m64n128_bf16(d, da, db, accumulate);
     if constexpr (N == 128 && !BF16) wgmma_ss_m64n128_f16(d, da, db, accumulate);
 }
 
-template <int N, bool BF16>
+template <int N, bool BF16, bool FP8>
 __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int accumulate) {
+    if constexpr (FP8) {
+        static_assert(N == 128, "e4m3 P V GEMM: head dim 128");
+        wgmma_rs_m64n128_e4m3(d, a, db, accumulate);
+        return;
+    }
     if constexpr (N == 64 && BF16) wgmma_rs_m64n64_bf16(d, a, db, accumulate);
     if constexpr (N == 64 && !BF16) wgmma_rs_m64n64_f16(d, a, db, accumulate);
     if constexpr (N == 128 && BF16) wgmma_rs_m64n128_bf16(d, a, db, accumulate);
@@ -231,12 +261,12 @@ __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_
     fence_regs<Cfg::BN / 2>(S);
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < Cfg::D / 16; ++k) {
-        /* k-step k: slab k/4, 32 bytes (16 elements) per step inside the slab */
+    for (int k = 0; k < Cfg::D * Cfg::ES / 32; ++k) {
+        /* k-step k: slab k/4, 32 bytes (16 elements, 32 for e4m3) per step inside the slab */
         uint32_t off = (k % 4) * 32;
         uint64_t da = smem_desc_sw128(q_addr + (k / 4) * Cfg::Q_SLAB + off, 16);
         uint64_t db = smem_desc_sw128(k_addr + (k / 4) * Cfg::KV_SLAB + off, 16);
-        wgmma_ss<Cfg::BN, Cfg::BF16>(S, da, db, k > 0);
+        wgmma_ss<Cfg::BN, Cfg::BF16, Cfg::FP8>(S, da, db, k > 0);
     }
     wgmma_commit();
     fence_regs<Cfg::BN / 2>(S);
@@ -247,12 +277,19 @@ __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_
 template <class Cfg>
 __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t v_addr, int accumulate) {
     fence_regs<Cfg::D / 2>(O);
-    fence_regs<Cfg::BN / 4>(P);
+    fence_regs<Cfg::P_REGS>(P);
     wgmma_fence();
+    if constexpr (Cfg::FP8) {
+        /* V^T is [d][key]: a K-major B operand like K in Q K^T, 32 keys (32 B) per k-step */
 #pragma unroll
-    for (int k = 0; k < Cfg::BN / 16; ++k) {
-        uint64_t db = smem_desc_sw128(v_addr + k * 16 * 128, Cfg::KV_SLAB); /* 16 keys = 2048 B */
-        wgmma_rs<Cfg::D, Cfg::BF16>(O, P + 4 * k, db, accumulate || k > 0);
+        for (int k = 0; k < Cfg::BN / 32; ++k)
+            wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, smem_desc_sw128(v_addr + k * 32, 16), accumulate || k > 0);
+    } else {
+#pragma unroll
+        for (int k = 0; k < Cfg::BN / 16; ++k) {
+            uint64_t db = smem_desc_sw128(v_addr + k * 16 * 128, Cfg::KV_SLAB); /* 16 keys = 2048 B */
+            wgmma_rs<Cfg::D, Cfg::BF16, false>(O, P + 4 * k, db, accumulate || k > 0);
+        }
     }
     wgmma_commit();
     fence_regs<Cfg::D / 2>(O);
@@ -317,11 +354,42 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     }
 }
 
-/* S (f32 accumulator) -> P (16-bit A fragments of the P V GEMM). */
+/* Two floats to two e4m3 bytes, lo in the low byte (saturating to +-448). */
+__device__ __forceinline__ uint32_t pack2_e4m3(float lo, float hi) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+}
+
+/* S (f32 accumulator) -> P (A fragments of the P V GEMM).
+ * 16-bit: registers 8c..8c+7 of S are exactly k-step c's fragment.
+ * e4m3: a k32 fragment register holds 4 consecutive columns (4q..4q+3, and
+ * 16+4q.. in the second pair), the accumulator holds pairs (2q, 2q+1) of each
+ * 8 columns. Rather than move bytes between threads, each 32-key chunk of
+ * V^T is stored with its keys permuted (sm90_fp8_key_of_slot) so that slot
+ * 4q+r multiplies exactly the key whose score this thread already holds. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_pack_p(uint32_t *P, const float *S) {
+    if constexpr (Cfg::FP8) {
 #pragma unroll
-    for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = pack2<Cfg::BF16>(S[2 * i], S[2 * i + 1]);
+        for (int c = 0; c < Cfg::BN / 32; ++c) {
+            const float *s = S + 16 * c;
+            /* row g: columns 2q, 2q+1, 8+2q, 9+2q (and +16); row g+8: the odd pairs */
+            P[4 * c + 0] = pack2_e4m3(s[0], s[1]) | pack2_e4m3(s[4], s[5]) << 16;
+            P[4 * c + 1] = pack2_e4m3(s[2], s[3]) | pack2_e4m3(s[6], s[7]) << 16;
+            P[4 * c + 2] = pack2_e4m3(s[8], s[9]) | pack2_e4m3(s[12], s[13]) << 16;
+            P[4 * c + 3] = pack2_e4m3(s[10], s[11]) | pack2_e4m3(s[14], s[15]) << 16;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = pack2<Cfg::BF16>(S[2 * i], S[2 * i + 1]);
+    }
+}
+
+/* e4m3 V^T: key (within its 32-key chunk) stored at slot a of the chunk;
+ * inverse of the fragment order in sm90_pack_p: slot 16h + 4q + r holds key
+ * 16h + 8(r/2) + 2q + r%2. */
+__host__ __device__ __forceinline__ int sm90_fp8_key_of_slot(int a) {
+    int h = a / 16, q = (a % 16) / 4, r = a % 4;
+    return 16 * h + 8 * (r / 2) + 2 * q + (r % 2);
 }
 
 /* Address of output row r (within the sequence) of a tile's head. */
@@ -403,9 +471,20 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             key_hi[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c + p.window_right + 1));
         }
 
+        /* e4m3: the q and k descales scale the logits (inside the softcap) */
+        float s_log2 = p.scale_log2, cap_pre = p.softcap_pre;
+        if constexpr (Cfg::FP8) {
+            int i = tile.batch * p.hk + tile.head / p.q_per_kv;
+            float qk = (p.q_descale ? p.q_descale[i] : 1.f) * (p.k_descale ? p.k_descale[i] : 1.f);
+            if (cap_pre != 0.f)
+                cap_pre *= qk;
+            else
+                s_log2 *= qk;
+        }
+
         float O[Cfg::D / 2];
         float S[Cfg::BN / 2];
-        uint32_t P[Cfg::BN / 4];
+        uint32_t P[Cfg::P_REGS];
         float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
 
         mbar_wait(q_full, tile_iter & 1);
@@ -420,10 +499,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         wgmma_wait<0>();
         fence_regs<Cfg::BN / 2>(S);
         if (tid == 0) mbar_arrive(&k_empty[stage]);
-        if (p.softcap_pre != 0.f)
-            for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * p.softcap_pre);
+        if (cap_pre != 0.f)
+            for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * cap_pre);
         if (sm90_block_masked<Cfg>(n, key_lo, key_hi)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
-        sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, p.scale_log2);
+        sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, s_log2);
         sm90_pack_p<Cfg>(P, S);
         uint32_t prev_stage = stage, prev_parity = parity;
         ++it;
@@ -443,10 +522,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             wgmma_wait<1>(); /* S done; P V may still run */
             fence_regs<Cfg::BN / 2>(S);
             if (tid == 0) mbar_arrive(&k_empty[stage]);
-            if (p.softcap_pre != 0.f)
-                for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * p.softcap_pre);
+            if (cap_pre != 0.f)
+                for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * cap_pre);
             if (sm90_block_masked<Cfg>(n, key_lo, key_hi)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
-            sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, p.scale_log2);
+            sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, s_log2);
             wgmma_wait<0>(); /* P V done: O and P are ours again */
             fence_regs<Cfg::D / 2>(O);
             if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
@@ -485,9 +564,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             inv[h] = l > 0.f ? 1.f / l : 0.f; /* row with no visible key: out 0 */
+            if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
+                if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
             int r = row0 + 8 * h;
             if (p.lse && lane % 4 == 0 && r < tile.seq_q) {
-                float lse = l > 0.f ? (row_max[h] * p.scale_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
+                float lse = l > 0.f ? (row_max[h] * s_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
                 *sm90_lse_at(p, tile, r) = lse;
             }
         }
@@ -516,7 +597,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 if (tid == 0) mbar_arrive(q_empty);
             }
         } else if (tid == 0) {
-            for (int s = 0; s < Cfg::SLABS; ++s)
+            for (int s = 0; s < Cfg::O_SLABS; ++s)
                 tma_store_4d(&p.tm_o, o_stage + s * Cfg::Q_SLAB, s * 64, tile.q_row0 + wg_row0, tile.head, tile.map_b);
             tma_store_commit();
             if (Cfg::O_IN_Q) {
