@@ -412,7 +412,7 @@ static int pack_override(void) {
     return cached;
 }
 
-extern "C" int sm80_fwd_packs_gqa(const fa_problem *p) {
+int sm80_fwd_packs_gqa(const fa_problem *p) {
     if (p->Hk <= 0 || p->Hq <= 0) return 0;
     const int forced = pack_override();
     if (forced >= 0) return forced;

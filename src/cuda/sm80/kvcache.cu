@@ -51,10 +51,6 @@ __global__ void sm80_split_combine(const __grid_constant__ fa_problem p, int spl
     if (threadIdx.x == 0 && p.lse) p.lse[fa_lse_offset(&p, b, h, i)] = lse;
 }
 
-/* fwd.cu: whether the forward packs the query heads of a kv head into
- * one-warp, 16-row tiles (its selection function). */
-extern "C" int sm80_fwd_packs_gqa(const fa_problem *p);
-
 /* Key tile of the forward for this head dimension (fwd.cu's table, the same
  * for the packed and the unpacked tiles). */
 static int fwd_block_n(const fa_problem *p) {

@@ -18,6 +18,9 @@ fa_status sm80_fwd(const fa_problem *p, const fa_exec *x);
  * otherwise each split writes its normalised float32 partial output
  * o_part (splits, B, Hq, Sq, Dv) and lse_part (splits, B, Hq, Sq). */
 fa_status sm80_fwd_launch(const fa_problem *p, const fa_exec *x, int splits, float *o_part, float *lse_part);
+/* Nonzero if the forward packs the query heads of a GQA group into one tile
+ * (few query rows per kv head, e.g. decoding); FA_SM80_PACK=0/1 overrides. */
+int sm80_fwd_packs_gqa(const fa_problem *p);
 
 /* KV cache: number of key splits actually used (resolves p->num_splits == 0
  * with the Flash-Decoding heuristic for a device of num_sms SMs). */
