@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU check for the CUDA backend, run on a machine with an NVIDIA GPU:
 #   1. configure and build (Release, CUDA on) into build-gpu/,
-#   2. the whole test suite with FA_TEST_BACKEND=cuda and =cuda_sm80 (each test
-#      compares the backend with the float64 reference and a same-precision
-#      naive baseline),
+#   2. the whole test suite with FA_TEST_BACKEND=cuda and =cuda_sm80, and once
+#      more on cuda_sm80 with the GQA-packed forward forced (FA_SM80_PACK=1);
+#      each test compares the backend with the float64 reference and a
+#      same-precision naive baseline,
 #   3. compute-sanitizer memcheck and racecheck on a small subset,
 #   4. optionally (FA_BENCH=1 or FA_BENCH=quick) bench/gpu_vs_torch.py.
 # Logs go to $OUT when it is set (else build-gpu/logs).
@@ -58,22 +59,27 @@ else
 fi
 
 # ---- 2. the suite on both CUDA flavours ------------------------------------
-for backend in cuda cuda_sm80; do
-    log="$LOGS/test_$backend.log"
+# cuda_sm80_packed: the portable kernels with the GQA-packed forward forced
+# on every shape (by default it runs only for few query rows per kv head).
+for flavour in cuda cuda_sm80 cuda_sm80_packed; do
+    backend=${flavour%_packed}
+    pack=""
+    [ "$flavour" != "$backend" ] && pack=1
+    log="$LOGS/test_$flavour.log"
     : > "$log"
     if [ -z "${FA_PREBUILT:-}" ]; then
         # the whole ctest suite, as CI runs it, with the backend forced
-        FA_TEST_BACKEND=$backend ctest --test-dir "$BUILD" --output-on-failure \
+        FA_SM80_PACK=$pack FA_TEST_BACKEND=$backend ctest --test-dir "$BUILD" --output-on-failure \
             --timeout "${FA_TEST_TIMEOUT:-900}" >> "$log" 2>&1
         rc=$?
-        echo "$backend ctest: rc $rc, $(grep -E 'tests passed|tests failed' "$log" | tail -1)" | tee -a "$LOGS/summary.log"
+        echo "$flavour ctest: rc $rc, $(grep -E 'tests passed|tests failed' "$log" | tail -1)" | tee -a "$LOGS/summary.log"
         [ $rc -ne 0 ] && status=1
     else
         for t in $TESTS; do
             start=$(date +%s)
-            FA_TEST_BACKEND=$backend timeout "${FA_TEST_TIMEOUT:-600}" "$t" >> "$log" 2>&1
+            FA_SM80_PACK=$pack FA_TEST_BACKEND=$backend timeout "${FA_TEST_TIMEOUT:-600}" "$t" >> "$log" 2>&1
             rc=$?
-            echo "$backend $(basename "$t"): rc $rc, $(( $(date +%s) - start )) s, $(tail -1 "$log")" | tee -a "$LOGS/summary.log"
+            echo "$flavour $(basename "$t"): rc $rc, $(( $(date +%s) - start )) s, $(tail -1 "$log")" | tee -a "$LOGS/summary.log"
             [ $rc -ne 0 ] && status=1
         done
     fi

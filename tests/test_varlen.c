@@ -184,6 +184,10 @@ int main(void) {
     static const int lk[] = {7, 3, 0, 240, 113, 0, 64, 9};
     static const int lq2[] = {0, 200, 1};
     static const int lk2[] = {0, 129, 1};
+    /* A few query rows per sequence over longer keys (decoding several
+     * sequences at once): GPU backends may pack a GQA group's heads into one tile. */
+    static const int lq3[] = {1, 3, 0, 2, 5, 1};
+    static const int lk3[] = {40, 129, 7, 0, 300, 1};
     fa_dtype dts[3];
     int n = ft_backend_dtypes(dts);
     for (int i = 0; i < n; ++i) {
@@ -214,6 +218,17 @@ int main(void) {
         c.nseq = 3, c.lq = lq2, c.lk = lk2, c.Hq = 2, c.Hk = 1, c.D = 96, c.Dv = 40;
         c.label = "D != Dv, MQA";
         c.opts.causal = 1;
+        run_case(&c);
+        memset(&c.opts, 0, sizeof c.opts);
+        c.nseq = 6, c.lq = lq3, c.lk = lk3, c.Hq = 8, c.Hk = 2, c.D = 128, c.Dv = 128;
+        c.label = "few queries per sequence, GQA, causal, alibi";
+        c.opts.causal = 1;
+        c.alibi = 1;
+        run_case(&c);
+        c.alibi = 0;
+        c.label = "few queries per sequence, GQA, window top-left, softcap";
+        c.opts.causal = 0, c.opts.use_window = 1, c.opts.window_left = 17, c.opts.window_right = 2;
+        c.opts.align = FA_ALIGN_TOP_LEFT, c.opts.softcap = 20.0f;
         run_case(&c);
     }
     return ft_finish();
