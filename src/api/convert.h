@@ -6,6 +6,7 @@
 #ifndef FA_CONVERT_H
 #define FA_CONVERT_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -72,12 +73,46 @@ static inline uint16_t fa_f32_to_f16(float f) {
     return (uint16_t)(sign | (r >> 13));
 }
 
+/* float8 e4m3 ("fn": no infinities; S.1111.111 is NaN; largest finite 448;
+ * subnormals m * 2^-9). Exact on the way in. */
+static inline float fa_e4m3_to_f32(uint8_t v) {
+    int e = (v >> 3) & 0xF, m = v & 7;
+    float mag;
+    if (e == 0xF && m == 7) return (v & 0x80) ? -NAN : NAN;
+    if (e == 0)
+        mag = ldexpf((float)m, -9);
+    else
+        mag = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) * 2^(e-7) */
+    return (v & 0x80) ? -mag : mag;
+}
+
+/* float -> e4m3, round to nearest even, saturating to +-448 (as the CUDA
+ * satfinite conversion does); NaN stays NaN. */
+static inline uint8_t fa_f32_to_e4m3(float f) {
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    if (isnan(f)) return (uint8_t)(sign | 0x7F);
+    if (a >= 448.0f) return (uint8_t)(sign | 0x7E);
+    if (a < ldexpf(1.0f, -6)) { /* subnormal range: steps of 2^-9 (8 steps reach the smallest normal) */
+        int q = (int)rintf(ldexpf(a, 9)); /* rintf: ties to even in the default rounding mode */
+        return (uint8_t)(sign | q);       /* q == 8 is exponent 1, mantissa 0: still right */
+    }
+    int e;
+    float fr = frexpf(a, &e);                 /* a = fr * 2^e, fr in [0.5, 1) */
+    int m = (int)rintf(fr * 16.0f) - 8;      /* 3 mantissa bits */
+    int be = e - 1 + 7;                      /* biased exponent */
+    if (m == 8) { m = 0; ++be; }             /* rounded up to the next binade */
+    if (be > 15 || (be == 15 && m == 7)) return (uint8_t)(sign | 0x7E); /* saturate */
+    return (uint8_t)(sign | be << 3 | m);
+}
+
 /* Load / store element idx of an array of the given float dtype. */
 static inline float fa_load_f(const void *base, fa_dtype t, int64_t idx) {
     switch (t) {
     case FA_F32: return ((const float *)base)[idx];
     case FA_F16: return fa_f16_to_f32(((const uint16_t *)base)[idx]);
     case FA_BF16: return fa_bf16_to_f32(((const uint16_t *)base)[idx]);
+    case FA_F8_E4M3: return fa_e4m3_to_f32(((const uint8_t *)base)[idx]);
     default: return 0.0f;
     }
 }
@@ -87,6 +122,7 @@ static inline void fa_store_f(void *base, fa_dtype t, int64_t idx, float v) {
     case FA_F32: ((float *)base)[idx] = v; break;
     case FA_F16: ((uint16_t *)base)[idx] = fa_f32_to_f16(v); break;
     case FA_BF16: ((uint16_t *)base)[idx] = fa_f32_to_bf16(v); break;
+    case FA_F8_E4M3: ((uint8_t *)base)[idx] = fa_f32_to_e4m3(v); break;
     default: break;
     }
 }

@@ -31,12 +31,26 @@ static void gather(const fa_problem *p, const fa_view *x, side sd, int64_t b, in
     }
 }
 
-static void scatter(const fa_problem *p, const fa_view *x, side sd, int64_t b, int64_t h, int64_t rows,
-                    int64_t width, const double *src) {
+/* src into rows r < rows of sequence b, head h of x, stored as dtype t. */
+static void scatter_as(const fa_problem *p, const fa_view *x, side sd, int64_t b, int64_t h, int64_t rows,
+                       int64_t width, const double *src, fa_dtype t) {
     for (int64_t r = 0; r < rows; ++r) {
         int64_t base = row_offset(p, x, sd, b, r, h);
-        for (int64_t c = 0; c < width; ++c) fa_store_f(x->data, p->dtype, base + c, (float)src[r * width + c]);
+        for (int64_t c = 0; c < width; ++c) fa_store_f(x->data, t, base + c, (float)src[r * width + c]);
     }
+}
+
+static void scatter(const fa_problem *p, const fa_view *x, side sd, int64_t b, int64_t h, int64_t rows,
+                    int64_t width, const double *src) {
+    scatter_as(p, x, sd, b, h, rows, width, src, p->dtype);
+}
+
+/* float8: multiply a gathered (rows, width) block by its descale factor of
+ * (batch b, kv head hk) (absent: 1); the products are exact in double. */
+static void apply_descale(const fa_problem *p, const float *descale, int64_t b, int64_t hk, int64_t n, double *a) {
+    if (p->dtype != FA_F8_E4M3 || !descale) return;
+    double f = descale[b * p->Hk + hk];
+    for (int64_t i = 0; i < n; ++i) a[i] *= f;
 }
 
 /* --- per-head options and buffers --- */
@@ -117,10 +131,14 @@ static fa_status fwd_item(const fa_problem *p, int64_t b, int64_t h, ref_buffers
     gather(p, &p->k, KEY_SIDE, b, hk, sk, p->D, w->k);
     gather(p, &p->v, KEY_SIDE, b, hk, sk, p->Dv, w->v);
     gather(p, &p->q, QUERY_SIDE, b, h, sq, p->D, w->q);
+    apply_descale(p, p->k_descale, b, hk, sk * p->D, w->k);
+    apply_descale(p, p->v_descale, b, hk, sk * p->Dv, w->v);
+    apply_descale(p, p->q_descale, b, hk, sq * p->D, w->q);
     fa_ref_head_opts o = head_opts(p, b, h);
     fa_status st = fa_ref_attention_fwd_f64(&o, sq, sk, p->D, p->Dv, w->q, w->k, w->v, w->out, w->lse);
     if (st != FA_OK) return st;
-    scatter(p, &p->out, QUERY_SIDE, b, h, sq, p->Dv, w->out);
+    /* float8 inputs give a bfloat16 output */
+    scatter_as(p, &p->out, QUERY_SIDE, b, h, sq, p->Dv, w->out, p->dtype == FA_F8_E4M3 ? FA_BF16 : p->dtype);
     if (p->lse)
         for (int64_t i = 0; i < sq; ++i) p->lse[fa_lse_offset(p, b, h, i)] = (float)w->lse[i];
     return FA_OK;
@@ -184,7 +202,9 @@ fa_status fa_ref_bwd(const fa_problem *p, const fa_exec *x) {
 /*
  * Tensors reach this backend only from the CPU: the front end routes CUDA
  * tensors elsewhere and refuses FA_BACKEND_REFERENCE for them. What is left to
- * refuse is a storage dtype the CPU does not hold (float8).
+ * refuse is a storage dtype the CPU does not hold (float8). The forward item
+ * already dequantises e4m3 inputs exactly (times their descales) and writes
+ * a bfloat16 output; accepting FA_F8_E4M3 for FA_OP_FWD here turns it on.
  */
 static fa_status ref_supports(const fa_problem *p, fa_op op) {
     (void)op;
