@@ -44,7 +44,8 @@ typedef struct bwd_ws {
 typedef struct bwd_args {
     bwd_ws ws;
     int aligned_in;
-    int aligned_out;
+    int aligned_out;    /* convert: D % 4 == 0, dq rows on 8 bytes, dq_accum on 16: four columns at a time */
+    int aligned_od;     /* preprocess: Dv % 8 == 0, out and dout rows on 16 bytes: eight columns at a time */
     int m_blocks;
     uint32_t drop_threshold;
     float drop_scale;
@@ -71,7 +72,17 @@ __global__ void sm80_bwd_preprocess(const __grid_constant__ fa_problem p, const 
     const T *o = (const T *)p.out.data + fa_q_offset(&p, &p.out, b, i, h);
     const T *dout = (const T *)p.dout.data + fa_q_offset(&p, &p.dout, b, i, h);
     float acc = 0.0f;
-    for (int d = lane; d < p.Dv; d += 32) acc += to_f32(o[d]) * to_f32(dout[d]);
+    if (a.aligned_od) { /* 16-byte loads: eight columns per lane and step */
+        for (int d = lane * 8; d < p.Dv; d += 256) {
+            union { uint4 u; T e[8]; } x, y;
+            x.u = *(const uint4 *)(o + d);
+            y.u = *(const uint4 *)(dout + d);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc += to_f32(x.e[e]) * to_f32(y.e[e]);
+        }
+    } else {
+        for (int d = lane; d < p.Dv; d += 32) acc += to_f32(o[d]) * to_f32(dout[d]);
+    }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0) {
@@ -82,15 +93,27 @@ __global__ void sm80_bwd_preprocess(const __grid_constant__ fa_problem p, const 
 }
 
 /* ------------------------------------------------------------------------- */
-/* Convert: dq = dq_accum (already scaled).                                   */
+/* Convert: dq = dq_accum (already scaled), one warp per (row, head).         */
 /* ------------------------------------------------------------------------- */
 template <typename T>
 __global__ void sm80_bwd_convert(const __grid_constant__ fa_problem p, const __grid_constant__ bwd_args a) {
-    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    if (i >= fa_seqlen_q(&p, b)) return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int i = blockIdx.x * (blockDim.x / 32) + warp;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (i >= fa_seqlen_q(&p, b)) return; /* also rows past Sq: seqlen_q <= Sq */
     const float *src = a.ws.dq_accum + (((int64_t)b * p.Sq + i) * p.Hq + h) * p.D;
     T *dst = (T *)p.dq.data + fa_q_offset(&p, &p.dq, b, i, h);
-    for (int d = threadIdx.x; d < p.D; d += blockDim.x) dst[d] = from_f32<T>(src[d]);
+    if (a.aligned_out) { /* 16-byte loads, 8-byte stores: four columns per lane and step */
+        for (int d = lane * 4; d < p.D; d += 128) {
+            const float4 x = *(const float4 *)(src + d);
+            uint2 y;
+            y.x = pack2<T>(x.x, x.y); /* same rounding as from_f32 */
+            y.y = pack2<T>(x.z, x.w);
+            *(uint2 *)(dst + d) = y;
+        }
+    } else {
+        for (int d = lane; d < p.D; d += 32) dst[d] = from_f32<T>(src[d]);
+    }
 }
 
 /* ------------------------------------------------------------------------- */
@@ -322,6 +345,18 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
                         dpt[j][e] = pr * (dpt[j][e] - cDelta[qc]);
                         st[j][e] = pr;
                     }
+            } else if (a.plain) { /* tiles on a mask boundary, nothing else */
+#pragma unroll
+                for (int j = 0; j < NQ; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = n0 + kg * 16 + g + (e >> 1) * 8;
+                        const int qc = q0 + j * 8 + 2 * t + (e & 1);
+                        float pr = fast_exp2(st[j][e] * a.scale_log2 - cLse[qc]);
+                        if (!visible(p, m0 + qc, key, sq, sk, w_diag)) pr = 0.0f;
+                        dpt[j][e] = pr * (dpt[j][e] - cDelta[qc]);
+                        st[j][e] = pr;
+                    }
             } else {
 #pragma unroll
             for (int j = 0; j < NQ; ++j)
@@ -490,7 +525,7 @@ static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     if (n_blocks > 0)
         sm80_bwd_kernel<T, HD, NW, BN, BWD_BM><<<dim3((unsigned)n_blocks, (unsigned)p->Hk, (unsigned)p->B), NW * 32, smem, stream>>>(*p, *a);
     if (p->Sq > 0) /* with Sq == 0 the main kernel still writes dk = dv = 0 */
-        sm80_bwd_convert<T><<<dim3((unsigned)p->Sq, (unsigned)p->Hq, (unsigned)p->B), 128, 0, stream>>>(*p, *a);
+        sm80_bwd_convert<T><<<dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(*p, *a);
     e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
     return FA_OK;
@@ -521,7 +556,9 @@ extern "C" fa_status sm80_bwd(const fa_problem *p, const fa_exec *x) {
     a.m_blocks = (int)bwd_m_blocks(p);
     a.aligned_in = p->D % 8 == 0 && p->Dv % 8 == 0 && aligned16(&p->q) && aligned16(&p->k) && aligned16(&p->v) &&
                    aligned16(&p->dout);
-    a.aligned_out = 0;
+    a.aligned_out = p->D % 4 == 0 && (uintptr_t)p->dq.data % 8 == 0 && p->dq.sb % 4 == 0 && p->dq.ss % 4 == 0 &&
+                    p->dq.sh % 4 == 0 && (uintptr_t)a.ws.dq_accum % 16 == 0;
+    a.aligned_od = p->Dv % 8 == 0 && aligned16(&p->out) && aligned16(&p->dout);
     a.drop_threshold = fa_dropout_threshold(p->dropout_p);
     a.drop_scale = p->dropout_p > 0.0f ? 1.0f / (1.0f - p->dropout_p) : 1.0f;
     a.inv_softcap = p->softcap > 0.0f ? 1.0f / p->softcap : 0.0f;
