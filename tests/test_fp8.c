@@ -114,7 +114,8 @@ static void run_case(const f8case *c) {
     for (int64_t b = 0; b < c->B; ++b)
         for (int64_t s = 0; s < c->Sq; ++s)
             for (int64_t h = 0; h < c->Hq; ++h)
-                for (int64_t d = 0; d < c->D; ++d) qf[((b * c->Sq + s) * c->Hq + h) * c->D + d] *= dq[b * c->Hk + h / (c->Hq / c->Hk)];
+                for (int64_t d = 0; d < c->D; ++d)
+                    qf[((b * c->Sq + s) * c->Hq + h) * c->D + d] *= dq[b * c->Hk + h / (c->Hq / c->Hk)];
     for (int64_t b = 0; b < c->B; ++b)
         for (int64_t s = 0; s < c->Sk; ++s)
             for (int64_t h = 0; h < c->Hk; ++h)
@@ -194,8 +195,8 @@ static void run_case(const f8case *c) {
     double tol = 2 * err_naive + half_ulp;
     int pad_ok = ft_padding_intact(&out) && ft_padding_intact(&lse);
     int ok = nan_out == 0 && bad_empty == 0 && pad_ok && err <= tol && err_lse <= 3e-3;
-    ft_check(ok, name, "out err %.3g (naive %.3g, tol %.3g), lse err %.3g, unwritten %lld, empty rows wrong %lld%s", err,
-             err_naive, tol, err_lse, (long long)nan_out, (long long)bad_empty, pad_ok ? "" : ", padding written");
+    ft_check(ok, name, "out err %.3g (naive %.3g, tol %.3g), lse err %.3g, unwritten %lld, empty rows wrong %lld%s",
+             err, err_naive, tol, err_lse, (long long)nan_out, (long long)bad_empty, pad_ok ? "" : ", padding written");
 
 done:
     free(qf), free(kf), free(v8), free(vf), free(n_out), free(n_lse), free(got), free(got_lse);

@@ -209,17 +209,18 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
             uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
             for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS, tile.k_row0 + n * Cfg::BN,
-                            kv_head, tile.map_b);
+                tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
+                            tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
             mbar_wait(&v_empty[stage], parity);
             mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
             uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
-            if constexpr (Cfg::FP8) /* V^T: D rows of BN keys (one 128-byte slab each) */
+            if constexpr (Cfg::FP8) { /* V^T: 128 head-dim rows of BN keys (one 128-byte slab each) */
                 tma_load_4d(v_dst, &p.tm_v, &v_full[stage], n * Cfg::BN, 0, kv_head, tile.map_b);
-            else
-            for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, tile.k_row0 + n * Cfg::BN,
-                            kv_head, tile.map_b);
+            } else {
+                for (int s = 0; s < Cfg::SLABS; ++s)
+                    tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, tile.k_row0 + n * Cfg::BN,
+                                kv_head, tile.map_b);
+            }
         }
         ++tile_iter;
     }
@@ -414,8 +415,8 @@ __device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, con
  * swizzled slabs) to global memory with ordinary 16-byte stores: used where a
  * TMA box would also write the next varlen sequence's rows. */
 template <class Cfg>
-__device__ __forceinline__ void sm90_store_staged_rows(const Sm90FwdParams &p, const Sm90Tile &t, const uint8_t *o_stage,
-                                                       int row0, int rows, int tid) {
+__device__ __forceinline__ void sm90_store_staged_rows(const Sm90FwdParams &p, const Sm90Tile &t,
+                                                       const uint8_t *o_stage, int row0, int rows, int tid) {
     const int chunks = p.head_dim / 8; /* 16-byte chunks per row */
     for (int c = tid; c < rows * chunks; c += 128) {
         int r = c / chunks, ch = c % chunks;
