@@ -4,8 +4,13 @@
  * inputs (q * q_descale, ...). The backend under test must be within twice
  * the error of a naive implementation in the same precision (float32
  * scores, P rounded to e4m3 before P V, output rounded to bfloat16) plus half
- * a bfloat16 ulp of the largest output; lse within 3e-3 (Hopper's e4m3 tensor
- * cores accumulate Q K^T with fewer bits than float32). Backends without
+ * a bfloat16 ulp of the largest output. lse is checked against a bound on
+ * the scores' accumulation error: Hopper's e4m3 tensor cores keep only about
+ * 14 bits while summing Q K^T (float32 keeps 24) and truncate, so the errors
+ * of one k-group share a sign; a score may be off by a few 2^-13 of
+ * scale * sum_d |q_d k_d|. lse moves by at most the largest score error, so
+ * the test allows 2^-10 of the largest such sum over the row's visible keys,
+ * plus 1e-4 for exp and log. Backends without
  * float8 (CPU, sm80) skip with their message; the reference backend under
  * test checks its own e4m3 path against the naive rule.
  */
@@ -42,9 +47,10 @@ static float round_e4m3(float v) {
 }
 
 /* Naive same-precision output (B, Sq, Hq, D) and lse (B, Hq, Sq) from
- * dequantised dense float copies. */
+ * dequantised dense float copies; abs_dot (B, Hq, Sq) gets each row's
+ * largest scale * sum_d |q_d k_d| over its visible keys. */
 static void naive_fp8(const f8case *c, const float *q, const float *k, const float *v8, const float *vdesc,
-                      float *out, float *lse) {
+                      float *out, float *lse, float *abs_dot) {
     const float scale = 1.0f / sqrtf((float)c->D);
     float *s = malloc((size_t)(c->Sk + 1) * sizeof(float));
     float *o = malloc((size_t)c->D * sizeof(float));
@@ -57,16 +63,18 @@ static void naive_fp8(const f8case *c, const float *q, const float *k, const flo
                 float *oi = out + ((b * c->Sq + i) * c->Hq + h) * c->D;
                 int64_t lo, hi;
                 key_range(c, i, &lo, &hi);
-                float m = -INFINITY;
+                float m = -INFINITY, amax = 0.f;
                 for (int64_t j = lo; j < hi; ++j) {
                     const float *kj = k + ((b * c->Sk + j) * c->Hk + kh) * c->D;
-                    float a = 0.f;
-                    for (int64_t d = 0; d < c->D; ++d) a += qi[d] * kj[d];
+                    float a = 0.f, aa = 0.f;
+                    for (int64_t d = 0; d < c->D; ++d) a += qi[d] * kj[d], aa += fabsf(qi[d] * kj[d]);
                     a *= scale;
+                    amax = fmaxf(amax, aa * scale);
                     if (c->softcap > 0.f) a = c->softcap * tanhf(a / c->softcap);
                     s[j] = a;
                     m = fmaxf(m, a);
                 }
+                abs_dot[(b * c->Hq + h) * c->Sq + i] = amax;
                 if (hi <= lo) {
                     for (int64_t d = 0; d < c->D; ++d) oi[d] = 0.f;
                     lse[(b * c->Hq + h) * c->Sq + i] = -INFINITY;
@@ -142,7 +150,7 @@ static void run_case(const f8case *c) {
     fa_status st = fa_fwd(ft_ref_ctx, &a[0], &a[1], &a[2], &opts, &a[3], &a[4]);
     ft_tensor out = ft_alloc4(FA_BF16, c->B, c->Sq, c->Hq, c->D, FT_PADDED);
     ft_tensor lse = ft_alloc(FA_F32, 3, (int64_t[]){c->B, c->Hq, c->Sq}, FT_PADDED);
-    float *n_out = NULL, *n_lse = NULL, *got = NULL, *got_lse = NULL;
+    float *n_out = NULL, *n_lse = NULL, *n_abs = NULL, *got = NULL, *got_lse = NULL;
     if (st != FA_OK) {
         ft_fail(name, "reference: %s %s", fa_status_name(st), fa_last_error());
         goto done;
@@ -168,11 +176,12 @@ static void run_case(const f8case *c) {
     int64_t no = ft_numel(&out), nl = ft_numel(&lse);
     n_out = malloc((size_t)no * sizeof(float));
     n_lse = malloc((size_t)nl * sizeof(float));
-    naive_fp8(c, qf, kf, v8, dv, n_out, n_lse);
+    n_abs = malloc((size_t)nl * sizeof(float));
+    naive_fp8(c, qf, kf, v8, dv, n_out, n_lse, n_abs);
     got = ft_to_f32(&out);
     got_lse = ft_to_f32(&lse);
     const float *ro = (const float *)oref.host, *rl = (const float *)lref.host;
-    double err = 0, err_naive = 0, maxref = 0, err_lse = 0;
+    double err = 0, err_naive = 0, maxref = 0, err_lse = 0, lse_excess = 0; /* lse: error over its bound */
     int64_t bad_empty = 0, nan_out = 0;
     for (int64_t e = 0; e < no; ++e) {
         if (isnan(got[e])) {
@@ -189,17 +198,22 @@ static void run_case(const f8case *c) {
             continue;
         }
         if (isnan(got_lse[e])) ++nan_out;
-        else err_lse = fmax(err_lse, fabs((double)got_lse[e] - rl[e]));
+        else {
+            double d = fabs((double)got_lse[e] - rl[e]), bound = ldexp((double)n_abs[e], -10) + 1e-4;
+            err_lse = fmax(err_lse, d);
+            lse_excess = fmax(lse_excess, d / bound);
+        }
     }
     double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
     double tol = 2 * err_naive + half_ulp;
     int pad_ok = ft_padding_intact(&out) && ft_padding_intact(&lse);
-    int ok = nan_out == 0 && bad_empty == 0 && pad_ok && err <= tol && err_lse <= 3e-3;
-    ft_check(ok, name, "out err %.3g (naive %.3g, tol %.3g), lse err %.3g, unwritten %lld, empty rows wrong %lld%s",
-             err, err_naive, tol, err_lse, (long long)nan_out, (long long)bad_empty, pad_ok ? "" : ", padding written");
+    int ok = nan_out == 0 && bad_empty == 0 && pad_ok && err <= tol && lse_excess <= 1.0;
+    ft_check(ok, name,
+             "out err %.3g (naive %.3g, tol %.3g), lse err %.3g (at most %.2f of its bound), unwritten %lld, empty rows wrong %lld%s",
+             err, err_naive, tol, err_lse, lse_excess, (long long)nan_out, (long long)bad_empty, pad_ok ? "" : ", padding written");
 
 done:
-    free(qf), free(kf), free(v8), free(vf), free(n_out), free(n_lse), free(got), free(got_lse);
+    free(qf), free(kf), free(v8), free(vf), free(n_out), free(n_lse), free(n_abs), free(got), free(got_lse);
     ft_free(&q), ft_free(&k), ft_free(&v), ft_free(&tq), ft_free(&tk), ft_free(&tv), ft_free(&oref), ft_free(&lref);
     ft_free(&out), ft_free(&lse);
     for (int i = 0; i < 3; ++i) ft_free(&desc[i]);
