@@ -17,21 +17,15 @@
  * Summing dK/dV over the query heads of a group inside the CTA keeps GQA/MQA
  * deterministic and needs no dk/dv accumulators.
  *
- * Tile shapes: for head dims up to 128, 128 keys and 64 queries with 8 warps.
- * sm80_bwd_kernel gives each warp 16 keys and every head-dim column of their
- * dK/dV, so S^T and dP^T are computed once without an exchange; with 128
- * columns of dK and dV per warp (128 registers) S^T / dP^T go in two passes
- * of 32 queries. sm80_bwd_wide_kernel (on request, FA_SM80_BWD_WARP_KEYS=32;
- * problems without softcap, ALiBi or dropout) gives each warp 32 x 32 blocks
- * of S^T/dP^T and 32 keys x HD/2 columns of dK/dV, exchanging P^T and dS^T
- * through shared memory: fewer fragment loads, but no faster on an H200.
- * The 128-key tile halves the dq atomics per FLOP against 64 keys. Head dim
- * 256 keeps 64-key tiles with two warps (column halves) per 16 keys.
+ * Tile shapes: for head dims up to 128, 128 keys and 64 queries with 8 warps;
+ * each warp owns 16 keys and every head-dim column of their dK/dV, so S^T and
+ * dP^T are computed once, and the 128-key tile halves the dq atomics per
+ * FLOP against 64 keys. With 128 columns of dK and dV per warp (128 registers)
+ * S^T / dP^T go in two passes of 32 queries. Head dim 256 keeps 64-key tiles
+ * with two warps (column halves) per 16 keys.
  */
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "philox.h"
 #include "sm80.h"
@@ -491,326 +485,6 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
         }
 }
 
-/*
- * Main kernel for head dims up to 128 without softcap, ALiBi or dropout, with
- * wider warp tiles than sm80_bwd_kernel: 128 keys x 64 queries per item,
- * 8 warps, warp w owning the 32 keys kw = w % 4 and half hw = w / 4 of the
- * other dimension:
- *   S^T        keys kw x queries hw (32 x 32): each K fragment feeds eight mma
- *              and each Q fragment four (a 16-key warp: four and two);
- *   P^T        to shared memory as bf16/f16, kept in float32 registers for dS;
- *   dP^T, dS^T the same 32 x 32 block one 16-key m tile at a time (both at
- *              once would not fit beside dK, dV and P); dS^T to shared memory;
- *              one barrier;
- *   dV, dK     keys kw x head-dim columns hw (32 x HD/2), reading P^T / dS^T of
- *              all 64 queries (its own half and warp w ^ 4's): each dO/Q
- *              fragment feeds four mma instead of two;
- *   dQ         as in sm80_bwd_kernel.
- * Per warp and item: 168 ldmatrix for 320 mma (the 16-key layout: 200), and
- * twice the independent mma behind most fragment loads. Measured on an H200
- * within 2 % of sm80_bwd_kernel, so the fragment loads are not what limits
- * either; kept as the base for a pipelined loop, used on request only. The
- * rounding is the same as in sm80_bwd_kernel (P and dS rounded once, to the
- * A operands' type).
- */
-template <typename T, int HD>
-__global__ void __launch_bounds__(256, 1)
-sm80_bwd_wide_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bwd_args a) {
-    constexpr int NW = 8, NT = NW * 32, BN = 128, BM = 64;
-    constexpr int MT = 2;              /* 16-key m tiles per warp */
-    constexpr int NQ = 4;              /* n8 query tiles of S^T per warp (32 queries) */
-    constexpr int SL = HD / 2;         /* dK/dV columns per warp */
-    constexpr int MQ = BM / 16;        /* query m tiles for dQ */
-    constexpr int QC = HD / (NW / MQ); /* dQ columns per warp */
-    static_assert(HD <= 128 && SL % 16 == 0 && QC % 16 == 0, "tile shape");
-
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    T *sK = (T *)smem_raw;
-    T *sV = sK + BN * HD;
-    T *sQ = sV + BN * HD;                   /* two stages */
-    T *sdO = sQ + 2 * BM * HD;              /* two stages */
-    T *sP = sdO + 2 * BM * HD;              /* P^T (BN keys, BM queries), swizzled rows of BM */
-    T *sdS = sP + BN * BM;                  /* dS^T, same layout */
-    float *sLse = (float *)(sdS + BN * BM); /* two stages */
-    float *sDelta = sLse + 2 * BM;          /* two stages */
-    int *sWork = (int *)(sDelta + 2 * BM);  /* per-CTA scalars, see below */
-
-    const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-    const int sq = (int)fa_seqlen_q(&p, b), sk = (int)fa_seqlen_k(&p, b);
-    const int n0 = n_block * BN;
-    if (n0 >= sk) return;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;
-    const int kw = warp % 4, hw = warp / 4;   /* 32-key group; query half (S^T) and column half (dK/dV) */
-    const int mq = warp % MQ, qs = warp / MQ; /* dQ: m tile, column slice */
-    const bool aligned = a.aligned_in;
-    const int diag = (int)fa_diag_offset(&p, sq, sk);
-
-    /* Query rows that see any key of this tile: [i_begin, i_end). */
-    const int n1 = min(n0 + BN, sk);
-    int64_t i_begin = p.window_right >= FA_UNBOUNDED ? 0 : (int64_t)n0 - diag - p.window_right;
-    int64_t i_end = p.window_left >= FA_UNBOUNDED ? sq : (int64_t)n1 - diag + p.window_left;
-    if (i_begin < 0) i_begin = 0;
-    if (i_end > sq) i_end = sq;
-    const int m_lo = (int)(i_begin / BM);
-    const int m_hi = i_end > i_begin ? (int)((i_end + BM - 1) / BM) : m_lo;
-
-    tile_load<T, HD, BN, NT>(sK, p, p.k, true, b, n0, hk, sk - n0, (int)p.D, aligned);
-    tile_load<T, HD, BN, NT>(sV, p, p.v, true, b, n0, hk, sk - n0, (int)p.Dv, aligned);
-    cp_async_commit();
-
-    float dk[MT][SL / 8][4], dv[MT][SL / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int d = 0; d < SL / 8; ++d)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dk[mt][d][e] = dv[mt][d][e] = 0.0f;
-
-    /* ldmatrix geometry of this lane, as in sm80_bwd_kernel: xa for A operands
-     * and transposed loads, xb for B operands. Every base row below is a
-     * multiple of 8, so a lane's swizzle depends on its own row offset only. */
-    const uint32_t r7 = lane & 7;
-    const uint32_t xa = ((lane >> 4) ^ r7) << 4, xb = (((lane >> 3) & 1) ^ r7) << 4;
-    constexpr uint32_t ROWB = HD * sizeof(T), DSB = BM * sizeof(T);
-    const uint32_t a_lane = (lane & 15) * ROWB;                          /* rows of A / trans tiles */
-    const uint32_t b_lane = ((lane & 7) + ((lane >> 4) << 3)) * ROWB;    /* rows of B tiles */
-    const uint32_t kv_rows = kw * 32 * ROWB + a_lane;                    /* this warp's keys as A rows */
-    const uint32_t k_addr = smem_addr(sK), v_addr = smem_addr(sV);
-    const uint32_t pt_rows = (kw * 32 + (lane & 15)) * DSB;              /* ... as A rows of P^T / dS^T */
-    const uint32_t p_addr = smem_addr(sP), s_addr = smem_addr(sdS);
-    const uint32_t ds_addr = s_addr + ((lane & 7) + ((lane >> 4) << 3)) * DSB;
-
-    /* Work items: (query head of the group, row tile), the rows double-buffered. */
-    const int group = (int)(p.Hq / p.Hk);
-    const int count = m_hi - m_lo, total = group * count;
-    /* The item loop re-reads these per item from shared memory instead of
-     * holding them in registers across it: dK and dV need every register. */
-    if (threadIdx.x == 0) {
-        sWork[0] = m_lo;
-        sWork[1] = count;
-        sWork[2] = diag;
-        sWork[3] = sq;
-        sWork[4] = sk;
-        sWork[5] = total;
-        sWork[6] = group;
-    }
-    __syncthreads();
-    const volatile int *work = sWork; /* volatile: loaded where used, not hoisted */
-    if (total > 0) {
-        int h0, mm;
-        bwd_item(0, count, hk, group, m_lo, n_block, h0, mm);
-        bwd_load_rows<T, HD, BM, NT>(sQ, sdO, sLse, sDelta, p, a, b, h0, mm * BM, sq, aligned);
-    }
-    for (int w = 0; w < work[5]; ++w) {
-        const int stage = w & 1;
-        const int w_m_lo = work[0], w_count = work[1], w_diag = work[2], w_group = work[6];
-        int h, m;
-        bwd_item(w, w_count, hk, w_group, w_m_lo, n_block, h, m);
-        const int m0 = m * BM;
-        const uint32_t q_addr = smem_addr(sQ + stage * BM * HD), do_addr = smem_addr(sdO + stage * BM * HD);
-        const float *cLse = sLse + stage * BM, *cDelta = sDelta + stage * BM;
-        cp_async_wait<0>(); /* this item's rows (and K, V) have landed */
-        __syncthreads();    /* ... for every thread; item w-1 is done with the other stage, sP and sdS */
-        if (w + 1 < work[5]) { /* prefetch the next item's rows during this one's math */
-            int h1, m1;
-            bwd_item(w + 1, w_count, hk, w_group, w_m_lo, n_block, h1, m1);
-            bwd_load_rows<T, HD, BM, NT>(sQ + (stage ^ 1) * BM * HD, sdO + (stage ^ 1) * BM * HD, sLse + (stage ^ 1) * BM,
-                                         sDelta + (stage ^ 1) * BM, p, a, b, h1, m1 * BM, sq, aligned);
-        }
-        const bool full = m0 + BM <= sq && n0 + BN <= sk &&
-                          (p.window_left >= FA_UNBOUNDED || (int64_t)n0 >= (int64_t)m0 + BM - 1 + w_diag - p.window_left) &&
-                          (p.window_right >= FA_UNBOUNDED || (int64_t)n0 + BN - 1 <= (int64_t)m0 + w_diag + p.window_right);
-
-        /* S^T = K Q^T for this warp's 32 keys x 32 queries, then P^T to shared
-         * memory; dP^T = V dO^T one 16-key m tile at a time, then dS^T to shared
-         * memory. Both dP^T tiles at once would not fit beside dK, dV and P. */
-        {
-            float st[MT][NQ][4]; /* S^T, then P */
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int j = 0; j < NQ; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) st[mt][j][e] = 0.0f;
-            const uint32_t qh_addr = q_addr + hw * 32 * ROWB + b_lane, doh_addr = do_addr + hw * 32 * ROWB + b_lane;
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; ++kk) {
-                uint32_t ka[MT][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(ka[mt], k_addr + kv_rows + mt * 16 * ROWB + swz(kk, xa));
-#pragma unroll
-                for (int nq = 0; nq < NQ / 2; ++nq) {
-                    uint32_t qb[4];
-                    ldmatrix_x4(qb, qh_addr + nq * 16 * ROWB + swz(kk, xb));
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        mma_16816<T>(st[mt][2 * nq], ka[mt], qb[0], qb[1]);
-                        mma_16816<T>(st[mt][2 * nq + 1], ka[mt], qb[2], qb[3]);
-                    }
-                }
-            }
-
-            /* P^T element by element, to shared memory as the A operand of
-             * dV += P^T dO; st keeps P for dS. A lane's two adjacent queries are
-             * one 32-bit word; the eight rows of a store hit eight swizzled
-             * chunks (no bank conflict). */
-            if (full) {
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int j = 0; j < NQ; ++j)
-#pragma unroll
-                        for (int hf = 0; hf < 2; ++hf) {
-                            const int key = kw * 32 + mt * 16 + g + hf * 8, qc0 = hw * 32 + j * 8 + 2 * t;
-                            float *s = &st[mt][j][2 * hf];
-                            s[0] = fast_exp2(s[0] * a.scale_log2 - cLse[qc0]);
-                            s[1] = fast_exp2(s[1] * a.scale_log2 - cLse[qc0 + 1]);
-                            *(uint32_t *)(sP + tile_chunk<BM>(key, qc0 / 8) + qc0 % 8) = pack2<T>(s[0], s[1]);
-                        }
-            } else { /* a tile on a mask or sequence boundary: each element tested */
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int j = 0; j < NQ; ++j)
-#pragma unroll
-                        for (int hf = 0; hf < 2; ++hf) {
-                            const int key = kw * 32 + mt * 16 + g + hf * 8, qc0 = hw * 32 + j * 8 + 2 * t;
-                            float *s = &st[mt][j][2 * hf];
-#pragma unroll
-                            for (int e1 = 0; e1 < 2; ++e1) {
-                                const float pr = fast_exp2(s[e1] * a.scale_log2 - cLse[qc0 + e1]);
-                                s[e1] = visible(p, m0 + qc0 + e1, n0 + key, sq, sk, w_diag) ? pr : 0.0f;
-                            }
-                            *(uint32_t *)(sP + tile_chunk<BM>(key, qc0 / 8) + qc0 % 8) = pack2<T>(s[0], s[1]);
-                        }
-            }
-
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                float dpt[NQ][4];
-#pragma unroll
-                for (int j = 0; j < NQ; ++j) dpt[j][0] = dpt[j][1] = dpt[j][2] = dpt[j][3] = 0.0f;
-#pragma unroll
-                for (int kk = 0; kk < HD / 16; ++kk) {
-                    uint32_t va[4];
-                    ldmatrix_x4(va, v_addr + kv_rows + mt * 16 * ROWB + swz(kk, xa));
-#pragma unroll
-                    for (int nq = 0; nq < NQ / 2; ++nq) {
-                        uint32_t ob[4];
-                        ldmatrix_x4(ob, doh_addr + nq * 16 * ROWB + swz(kk, xb));
-                        mma_16816<T>(dpt[2 * nq], va, ob[0], ob[1]);
-                        mma_16816<T>(dpt[2 * nq + 1], va, ob[2], ob[3]);
-                    }
-                }
-                /* dS^T = P (dP - Delta), to shared memory. */
-#pragma unroll
-                for (int j = 0; j < NQ; ++j)
-#pragma unroll
-                    for (int hf = 0; hf < 2; ++hf) {
-                        const int qc0 = hw * 32 + j * 8 + 2 * t;
-                        float ds[2];
-#pragma unroll
-                        for (int e1 = 0; e1 < 2; ++e1) {
-                            ds[e1] = st[mt][j][2 * hf + e1] * (dpt[j][2 * hf + e1] - cDelta[qc0 + e1]);
-                        }
-                        const int off = tile_chunk<BM>(kw * 32 + mt * 16 + g + hf * 8, qc0 / 8) + qc0 % 8;
-                        *(uint32_t *)(sdS + off) = pack2<T>(ds[0], ds[1]);
-                    }
-            }
-        }
-        __syncthreads(); /* P^T and dS^T complete */
-
-        /* dV += P^T dO and dK += dS^T Q: this warp's 32 keys x HD/2 columns, over the 64 queries. */
-#pragma unroll
-        for (int kq = 0; kq < BM / 16; ++kq) {
-            uint32_t pa[MT][4], sa[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                ldmatrix_x4(pa[mt], p_addr + pt_rows + mt * 16 * DSB + swz(kq, xa));
-                ldmatrix_x4(sa[mt], s_addr + pt_rows + mt * 16 * DSB + swz(kq, xa));
-            }
-#pragma unroll
-            for (int dn = 0; dn < SL / 16; ++dn) {
-                uint32_t ob[4], qb[4];
-                ldmatrix_x4_trans(ob, do_addr + kq * 16 * ROWB + a_lane + swz(hw * (SL / 16) + dn, xa));
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    mma_16816<T>(dv[mt][2 * dn], pa[mt], ob[0], ob[1]);
-                    mma_16816<T>(dv[mt][2 * dn + 1], pa[mt], ob[2], ob[3]);
-                }
-                ldmatrix_x4_trans(qb, q_addr + kq * 16 * ROWB + a_lane + swz(hw * (SL / 16) + dn, xa));
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    mma_16816<T>(dk[mt][2 * dn], sa[mt], qb[0], qb[1]);
-                    mma_16816<T>(dk[mt][2 * dn + 1], sa[mt], qb[2], qb[3]);
-                }
-            }
-        }
-
-        /* dQ (BM x HD) = dS K for this warp's m tile and column slice. The
-         * item's head and row tile are found again from the shared scalars (not
-         * kept in registers across the dK/dV products, which need them all). */
-        bwd_item(w, work[1], hk, work[6], work[0], n_block, h, m);
-        const int m0q = m * BM;
-        float dq[QC / 8][4];
-#pragma unroll
-        for (int d = 0; d < QC / 8; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
-#pragma unroll
-        for (int kc = 0; kc < BN / 16; ++kc) {
-            uint32_t da[4];
-            ldmatrix_x4_trans(da, ds_addr + kc * 16 * DSB + swz(mq, xb));
-#pragma unroll
-            for (int dn = 0; dn < QC / 16; ++dn) {
-                uint32_t kb[4];
-                ldmatrix_x4_trans(kb, k_addr + kc * 16 * ROWB + a_lane + swz(qs * (QC / 16) + dn, xa));
-                mma_16816<T>(dq[2 * dn], da, kb[0], kb[1]);
-                mma_16816<T>(dq[2 * dn + 1], da, kb[2], kb[3]);
-            }
-        }
-        int *sem = a.ws.sem + ((int64_t)b * p.Hq + h) * a.m_blocks + m;
-        int rank = 0;
-        if (p.deterministic) { /* key tiles add in order: rank among the tiles this row tile sees */
-            int64_t lo, hi;
-            fa_key_range(&p, work[3], work[4], m0q, &lo, &hi);
-            rank = n_block - (int)(lo / BN);
-            if (threadIdx.x == 0) sem_wait(sem, rank);
-            __syncthreads();
-        }
-#pragma unroll
-        for (int d = 0; d < QC / 8; ++d)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) { /* rows g and g + 8; each lane holds two adjacent columns */
-                const int row = m0q + mq * 16 + g + hf * 8;
-                const int col = qs * QC + d * 8 + 2 * t;
-                if (row >= sq || col >= p.D) continue;
-                float *dst = a.ws.dq_accum + (((int64_t)b * p.Sq + row) * p.Hq + h) * p.D + col;
-                dq_add_pair(dst, dq[d][2 * hf] * p.scale, dq[d][2 * hf + 1] * p.scale, a.dq_pairs, col + 1 < p.D);
-            }
-        if (p.deterministic) {
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) sem_release(sem, rank + 1);
-        }
-    }
-
-    cp_async_wait<0>(); /* with no work item the K/V copies were never waited for */
-
-    /* dK = scale * sum dS^T Q, dV = sum P^T dO, for keys inside the sequence. */
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int d = 0; d < SL / 8; ++d)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = n0 + kw * 32 + mt * 16 + g + (e >> 1) * 8;
-                const int col = hw * SL + d * 8 + 2 * t + (e & 1);
-                if (key >= sk) continue;
-                if (col < p.D) ((T *)p.dk.data)[fa_k_offset(&p, &p.dk, b, key, hk) + col] = from_f32<T>(dk[mt][d][e] * p.scale);
-                if (col < p.Dv) ((T *)p.dv.data)[fa_k_offset(&p, &p.dv, b, key, hk) + col] = from_f32<T>(dv[mt][d][e]);
-            }
-}
-
 /* ------------------------------------------------------------------------- */
 /* Host side                                                                  */
 /* ------------------------------------------------------------------------- */
@@ -831,18 +505,13 @@ static int aligned16(const fa_view *v) {
     return ((uintptr_t)v->data % 16 == 0) && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0;
 }
 
-/* Launch preprocess, the main kernel (WIDE: sm80_bwd_wide_kernel, 128 keys;
- * else sm80_bwd_kernel<NW, BN>) and convert. */
-template <typename T, int HD, int NW, int BN, bool WIDE>
+template <typename T, int HD, int NW, int BN>
 static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     cudaStream_t stream = (cudaStream_t)x->stream;
-    const int p_tiles = WIDE ? 2 : 1; /* P^T and dS^T, or dS^T alone */
-    const size_t smem = (size_t)(2 * BN * HD + 4 * BWD_BM * HD + p_tiles * BN * BWD_BM) * sizeof(T) +
-                        4 * BWD_BM * sizeof(float) + 8 * sizeof(int); /* sWork */
+    const size_t smem = (size_t)(2 * BN * HD + 4 * BWD_BM * HD + BN * BWD_BM) * sizeof(T) + 4 * BWD_BM * sizeof(float) +
+                        8 * sizeof(int); /* sWork */
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
-    cudaError_t e;
-    if constexpr (WIDE) e = smem_limit_once(sm80_bwd_wide_kernel<T, HD>, smem, x->device_index, &smem_set);
-    else e = smem_limit_once(sm80_bwd_kernel<T, HD, NW, BN, BWD_BM>, smem, x->device_index, &smem_set);
+    cudaError_t e = smem_limit_once(sm80_bwd_kernel<T, HD, NW, BN, BWD_BM>, smem, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm80 backward: %s", cudaGetErrorString(e));
     const size_t rows = (size_t)(p->B * p->Sq * p->Hq);
     e = cudaMemsetAsync(a->ws.dq_accum, 0, rows * (size_t)p->D * sizeof(float), stream);
@@ -853,12 +522,8 @@ static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     if (p->Sq > 0)
         sm80_bwd_preprocess<T><<<dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(*p, *a);
     const int64_t n_blocks = (p->Sk + BN - 1) / BN;
-    const dim3 grid((unsigned)n_blocks, (unsigned)p->Hk, (unsigned)p->B);
-    if constexpr (WIDE) {
-        if (n_blocks > 0) sm80_bwd_wide_kernel<T, HD><<<grid, NW * 32, smem, stream>>>(*p, *a);
-    } else {
-        if (n_blocks > 0) sm80_bwd_kernel<T, HD, NW, BN, BWD_BM><<<grid, NW * 32, smem, stream>>>(*p, *a);
-    }
+    if (n_blocks > 0)
+        sm80_bwd_kernel<T, HD, NW, BN, BWD_BM><<<dim3((unsigned)n_blocks, (unsigned)p->Hk, (unsigned)p->B), NW * 32, smem, stream>>>(*p, *a);
     if (p->Sq > 0) /* with Sq == 0 the main kernel still writes dk = dv = 0 */
         sm80_bwd_convert<T><<<dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(*p, *a);
     e = cudaGetLastError();
@@ -866,31 +531,12 @@ static fa_status run(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     return FA_OK;
 }
 
-/* Keys per warp at head dims up to 128 for problems without softcap, ALiBi or
- * dropout: 32 (sm80_bwd_wide_kernel) or 16 (sm80_bwd_kernel). 16 by default:
- * both pass the whole suite and run within 2 % of each other on an H200, and
- * the 16-key kernel is the one every option goes through. The environment
- * variable FA_SM80_BWD_WARP_KEYS=16|32 overrides it (comparisons, tests); read once. */
-#define BWD_WARP_KEYS_DEFAULT 16
-
-static int bwd_narrow_warps(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        const char *s = getenv("FA_SM80_BWD_WARP_KEYS");
-        cached = s != NULL ? strcmp(s, "16") == 0 : BWD_WARP_KEYS_DEFAULT == 16;
-    }
-    return cached;
-}
-
 template <typename T>
 static fa_status dispatch(const fa_problem *p, const fa_exec *x, const bwd_args *a) {
     const int64_t hd = p->D > p->Dv ? p->D : p->Dv;
-    /* the wide kernel has no softcap, ALiBi or dropout: with those, the
-     * general element pass beside its 32-query tiles would spill */
-    const int narrow = !a->plain || bwd_narrow_warps();
-    if (hd <= 64) return narrow ? run<T, 64, 8, 128, false>(p, x, a) : run<T, 64, 8, 128, true>(p, x, a);
-    if (hd <= 128) return narrow ? run<T, 128, 8, 128, false>(p, x, a) : run<T, 128, 8, 128, true>(p, x, a);
-    return run<T, 256, 8, 64, false>(p, x, a);
+    if (hd <= 64) return run<T, 64, 8, 128>(p, x, a);
+    if (hd <= 128) return run<T, 128, 8, 128>(p, x, a);
+    return run<T, 256, 8, 64>(p, x, a);
 }
 
 extern "C" fa_status sm80_bwd(const fa_problem *p, const fa_exec *x) {
