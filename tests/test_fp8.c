@@ -9,8 +9,9 @@
  * 14 bits while summing Q K^T (float32 keeps 24) and truncate, so the errors
  * of one k-group share a sign; a score may be off by a few 2^-13 of
  * scale * sum_d |q_d k_d|. lse moves by at most the largest score error, so
- * the test allows 2^-10 of the largest such sum over the row's visible keys,
- * plus 1e-4 for exp and log. Backends without
+ * the test allows 2^-12 of the largest such sum over the row's visible keys,
+ * plus 1e-4 for exp and log (the Hopper kernel used at most 0.44 of that
+ * bound on these cases). Backends without
  * float8 (CPU, sm80) skip with their message; the reference backend under
  * test checks its own e4m3 path against the naive rule.
  */
@@ -199,7 +200,7 @@ static void run_case(const f8case *c) {
         }
         if (isnan(got_lse[e])) ++nan_out;
         else {
-            double d = fabs((double)got_lse[e] - rl[e]), bound = ldexp((double)n_abs[e], -10) + 1e-4;
+            double d = fabs((double)got_lse[e] - rl[e]), bound = ldexp((double)n_abs[e], -12) + 1e-4;
             err_lse = fmax(err_lse, d);
             lse_excess = fmax(lse_excess, d / bound);
         }
