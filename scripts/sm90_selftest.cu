@@ -577,6 +577,30 @@ static int check_fp8(bool small) {
 }
 
 /* e4m3 timing: head dim 128, 16 heads, the standard (batch, seqlen) grid */
+/* Median of 20 timed launches after 3 warm-up ones, in milliseconds. */
+static double median_fwd_ms(const fa_problem *p, const fa_exec *x) {
+    for (int w = 0; w < 3; ++w) fa_sm90_fwd(p, x);
+    CK(cudaDeviceSynchronize());
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<float> ts;
+    for (int r = 0; r < 20; ++r) {
+        cudaEventRecord(e0);
+        fa_sm90_fwd(p, x);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        ts.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+}
+
 static int bench_fp8(void) {
     const int bs[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};
     printf("%-6s %-6s %-6s %-6s %-10s %-10s\n", "D", "causal", "batch", "seqlen", "ms", "TFLOP/s");
@@ -617,24 +641,7 @@ static int bench_fp8(void) {
             x.workspace_bytes = fa_sm90_fwd_workspace(&p, &x);
             CK(cudaMalloc(&ws, x.workspace_bytes));
             x.workspace = ws;
-            for (int w = 0; w < 3; ++w) fa_sm90_fwd(&p, &x);
-            CK(cudaDeviceSynchronize());
-            cudaEvent_t e0, e1;
-            cudaEventCreate(&e0);
-            cudaEventCreate(&e1);
-            std::vector<float> ts;
-            for (int r = 0; r < 20; ++r) {
-                cudaEventRecord(e0);
-                fa_sm90_fwd(&p, &x);
-                cudaEventRecord(e1);
-                cudaEventSynchronize(e1);
-                float ms;
-                cudaEventElapsedTime(&ms, e0, e1);
-                ts.push_back(ms);
-            }
-            CK(cudaGetLastError());
-            std::sort(ts.begin(), ts.end());
-            double ms = ts[ts.size() / 2];
+            double ms = median_fwd_ms(&p, &x);
             double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
             printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f e4m3 (V transpose included)\n", D, causal, B, S, ms,
                    flops / ms / 1e9);
@@ -643,8 +650,6 @@ static int bench_fp8(void) {
             cudaFree(v);
             cudaFree(o);
             cudaFree(ws);
-            cudaEventDestroy(e0);
-            cudaEventDestroy(e1);
         }
     return 0;
 }
@@ -710,24 +715,7 @@ static int bench(int argc, char **argv) {
                 p.has_mask = causal;
                 fa_exec x;
                 memset(&x, 0, sizeof x);
-                for (int w = 0; w < 3; ++w) fa_sm90_fwd(&p, &x);
-                CK(cudaDeviceSynchronize());
-                cudaEvent_t e0, e1;
-                cudaEventCreate(&e0);
-                cudaEventCreate(&e1);
-                std::vector<float> ts;
-                for (int r = 0; r < 20; ++r) {
-                    cudaEventRecord(e0);
-                    fa_sm90_fwd(&p, &x);
-                    cudaEventRecord(e1);
-                    cudaEventSynchronize(e1);
-                    float ms;
-                    cudaEventElapsedTime(&ms, e0, e1);
-                    ts.push_back(ms);
-                }
-                CK(cudaGetLastError());
-                std::sort(ts.begin(), ts.end());
-                double ms = ts[ts.size() / 2];
+                double ms = median_fwd_ms(&p, &x);
                 double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
                 printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f%s\n", D, causal, B, S, ms, flops / ms / 1e9,
                        varlen ? (fa_sm90_fwd_supports(&p) ? " varlen" : " varlen UNSUPPORTED") : "");
@@ -737,8 +725,6 @@ static int bench(int argc, char **argv) {
                 cudaFree(v);
                 cudaFree(o);
                 cudaFree(lse);
-                cudaEventDestroy(e0);
-                cudaEventDestroy(e1);
             }
     return 0;
 }
