@@ -170,6 +170,29 @@ __device__ __forceinline__ void bwd_item(int w, int count, int hk, int group, in
 
 /* Start the copies of one item's rows: Q, dO, lse and Delta (rows past the
  * sequence read as zero; the mask drops them). */
+/* acc[16 rows][QP cols] += A B^T over the head dimension, both operands
+ * row-major [rows][HD] in swizzled shared memory: A is this warp's 16 rows
+ * (a_addr: its lane's ldmatrix address), B the QP rows at b_addr (likewise).
+ * Used for S^T = K Q^T and dP^T = V dO^T. k16 limits the 16-column steps for
+ * head dims above 128, where the tile is zero-padded past the real one. */
+template <typename T, int HD, int QP, uint32_t ROWB>
+__device__ __forceinline__ void warp_rows_times_cols(float (*acc)[4], uint32_t a_addr, uint32_t b_addr, int k16,
+                                                     uint32_t xa, uint32_t xb) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        if (HD > 128 && kk >= k16) break;
+        uint32_t fa[4];
+        ldmatrix_x4(fa, a_addr + swz(kk, xa));
+#pragma unroll
+        for (int nq = 0; nq < QP / 16; ++nq) {
+            uint32_t fb[4];
+            ldmatrix_x4(fb, b_addr + nq * 16 * ROWB + swz(kk, xb));
+            mma_16816<T>(acc[2 * nq], fa, fb[0], fb[1]);
+            mma_16816<T>(acc[2 * nq + 1], fa, fb[2], fb[3]);
+        }
+    }
+}
+
 template <typename T, int HD, int BM, int NT>
 __device__ __forceinline__ void bwd_load_rows(T *sQ, T *sdO, float *sLse, float *sDelta, const fa_problem &p,
                                               const bwd_args &a, int b, int h, int m0, int sq, bool aligned) {
@@ -307,32 +330,8 @@ sm80_bwd_kernel(const __grid_constant__ fa_problem p, const __grid_constant__ bw
 #pragma unroll
                 for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
             const uint32_t qp_addr = q_addr + q0 * ROWB, dop_addr = do_addr + q0 * ROWB; /* the pass's first query row */
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; ++kk) {
-                if (HD > 128 && kk >= kD) break;
-                uint32_t ka[4];
-                ldmatrix_x4(ka, k_addr + kg * 16 * ROWB + a_lane + swz(kk, xa));
-#pragma unroll
-                for (int nq = 0; nq < QP / 16; ++nq) {
-                    uint32_t qb[4];
-                    ldmatrix_x4(qb, qp_addr + nq * 16 * ROWB + b_lane + swz(kk, xb));
-                    mma_16816<T>(st[2 * nq], ka, qb[0], qb[1]);
-                    mma_16816<T>(st[2 * nq + 1], ka, qb[2], qb[3]);
-                }
-            }
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; ++kk) {
-                if (HD > 128 && kk >= kDv) break;
-                uint32_t va[4];
-                ldmatrix_x4(va, v_addr + kg * 16 * ROWB + a_lane + swz(kk, xa));
-#pragma unroll
-                for (int nq = 0; nq < QP / 16; ++nq) {
-                    uint32_t ob[4];
-                    ldmatrix_x4(ob, dop_addr + nq * 16 * ROWB + b_lane + swz(kk, xb));
-                    mma_16816<T>(dpt[2 * nq], va, ob[0], ob[1]);
-                    mma_16816<T>(dpt[2 * nq + 1], va, ob[2], ob[3]);
-                }
-            }
+            warp_rows_times_cols<T, HD, QP, ROWB>(st, k_addr + kg * 16 * ROWB + a_lane, qp_addr + b_lane, kD, xa, xb);
+            warp_rows_times_cols<T, HD, QP, ROWB>(dpt, v_addr + kg * 16 * ROWB + a_lane, dop_addr + b_lane, kDv, xa, xb);
 
             /* P^T (dropped, into st) and dS^T (into dpt), element by element. */
             if (full && a.plain) { /* the common case: no mask, no score modifier, no dropout */
