@@ -576,7 +576,6 @@ static int check_fp8(bool small) {
     return fails != 0;
 }
 
-/* e4m3 timing: head dim 128, 16 heads, the standard (batch, seqlen) grid */
 /* Median of 20 timed launches after 3 warm-up ones, in milliseconds. */
 static double median_fwd_ms(const fa_problem *p, const fa_exec *x) {
     for (int w = 0; w < 3; ++w) fa_sm90_fwd(p, x);
@@ -601,6 +600,7 @@ static double median_fwd_ms(const fa_problem *p, const fa_exec *x) {
     return ts[ts.size() / 2];
 }
 
+/* e4m3 timing: head dim 128, 16 heads, the standard (batch, seqlen) grid */
 static int bench_fp8(void) {
     const int bs[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};
     printf("%-6s %-6s %-6s %-6s %-10s %-10s\n", "D", "causal", "batch", "seqlen", "ms", "TFLOP/s");
