@@ -136,6 +136,7 @@ static fa_status hopper_supports(const fa_problem *p, fa_op op) { return check_p
 
 static size_t hopper_workspace_size(const fa_problem *p, fa_op op, const fa_exec *x) {
     if (op == FA_OP_FWD && fa_sm90_fwd_supports(p)) return fa_sm90_fwd_workspace(p, x);
+    if (op == FA_OP_BWD && fa_sm90_bwd_supports(p)) return fa_sm90_bwd_workspace(p);
     return sm80_workspace_size(p, op, x);
 }
 
@@ -143,6 +144,12 @@ static fa_status hopper_fwd_op(const fa_problem *p, const fa_exec *x) {
     fa_status s = set_device(x, "forward");
     if (s != FA_OK) return s;
     return fa_sm90_fwd_supports(p) ? fa_sm90_fwd(p, x) : sm80_fwd(p, x);
+}
+
+static fa_status hopper_bwd_op(const fa_problem *p, const fa_exec *x) {
+    fa_status s = set_device(x, "backward");
+    if (s != FA_OK) return s;
+    return fa_sm90_bwd_supports(p) ? fa_sm90_bwd(p, x) : sm80_bwd(p, x);
 }
 
 static fa_status cuda_supports(const fa_problem *p, fa_op op) { return check_problem(p, op, "cuda", 0); }
@@ -158,7 +165,7 @@ static const fa_backend_ops ops_cuda = {
 };
 /* FA_BACKEND_CUDA on compute capability 9.0. */
 static const fa_backend_ops ops_cuda_hopper = {
-    "cuda", hopper_supports, hopper_workspace_size, hopper_fwd_op, sm80_bwd_op, sm80_kvcache_op, merge_op,
+    "cuda", hopper_supports, hopper_workspace_size, hopper_fwd_op, hopper_bwd_op, sm80_kvcache_op, merge_op,
     cuda_alloc, cuda_release,
 };
 

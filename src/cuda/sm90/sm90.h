@@ -19,6 +19,13 @@ size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x);
 /* Run the Hopper forward on x->stream. Precondition: fa_sm90_fwd_supports(p). */
 fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x);
 
+/* Nonzero if the Hopper backward computes this problem. */
+int fa_sm90_bwd_supports(const fa_problem *p);
+/* Bytes of device workspace the Hopper backward needs. */
+size_t fa_sm90_bwd_workspace(const fa_problem *p);
+/* Run the Hopper backward on x->stream. Precondition: fa_sm90_bwd_supports(p). */
+fa_status fa_sm90_bwd(const fa_problem *p, const fa_exec *x);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /*
- * Host side of the Hopper forward: which problems it takes, TMA tensor maps,
- * tile configuration per head dim, launch. The kernel is sm90_fwd_kernel.cuh.
+ * Host side of the Hopper forward: which problems it takes, tile
+ * configuration per head dim, launch. The kernel is sm90_fwd_kernel.cuh, the
+ * TMA maps come from sm90_host.cuh.
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 
 #include "sm90.h"
 #include "sm90_fwd_kernel.cuh"
+#include "sm90_host.cuh"
 
 /* Specialisations: (head dim, keys per block, K/V stages, consumer
  * warpgroups = query rows / 64). Head dim 64 is softmax-bound, so three
@@ -21,63 +23,6 @@ template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 template <bool BF16> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2>;
 template <bool BF16> using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2>; /* O staged in the Q buffer */
 using Sm90CfgF8D128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;               /* e4m3 in, bf16 out */
-
-/* cuTensorMapEncodeTiled, reached through the runtime so nothing links -lcuda. */
-static PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    static int tried = 0;
-    if (!tried) {
-        void *ptr = NULL;
-        cudaDriverEntryPointQueryResult qres;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &qres) ==
-                cudaSuccess &&
-            qres == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)ptr;
-        else
-            (void)cudaGetLastError(); /* do not leave a sticky error for the caller */
-        tried = 1;
-    }
-    return fn;
-}
-
-/* 4-D map over a (B, S, H, D) view (strides in elements), boxes of 128
- * bytes (one swizzle span: 64 16-bit or 128 8-bit columns) x box_rows rows.
- * Returns 0 if TMA cannot address the view (alignment, stride limits). */
-static int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt, int64_t B, int64_t S, int64_t H,
-                         int64_t D, int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = sm90_encode_fn();
-    if (!encode) return 0;
-    const int64_t es = dt == FA_F8_E4M3 ? 1 : 2;
-    if (((uintptr_t)v->data) % 16) return 0;
-    int64_t dims[4] = {D, S, H, B};
-    int64_t strides[3] = {v->ss * es, v->sh * es, v->sb * es};
-    /* A dimension of extent 1 is never stepped over: give it any legal stride. */
-    int64_t extent = D * es;
-    for (int i = 0; i < 3; ++i) extent = extent > strides[i] * dims[i + 1] ? extent : strides[i] * dims[i + 1];
-    extent = (extent + 15) / 16 * 16;
-    for (int i = 0; i < 3; ++i)
-        if (dims[i + 1] == 1) strides[i] = extent;
-    cuuint64_t gdim[4];
-    cuuint64_t gstride[3];
-    for (int i = 0; i < 4; ++i) {
-        if (dims[i] <= 0 || dims[i] > ((int64_t)1 << 31)) return 0;
-        gdim[i] = (cuuint64_t)dims[i];
-    }
-    for (int i = 0; i < 3; ++i) {
-        if (strides[i] <= 0 || strides[i] % 16 || strides[i] >= ((int64_t)1 << 40)) return 0;
-        gstride[i] = (cuuint64_t)strides[i];
-    }
-    cuuint32_t box[4] = {(cuuint32_t)(128 / es), (cuuint32_t)box_rows, 1, 1};
-    cuuint32_t estride[4] = {1, 1, 1, 1};
-    CUtensorMapDataType type = dt == FA_BF16    ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                               : dt == FA_F16   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                : CU_TENSOR_MAP_DATA_TYPE_UINT8; /* e4m3 bytes */
-    CUresult r = encode(map, type, 4,
-                        v->data, gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS;
-}
 
 /* Head dims run on the kernel of the next size up (64, 128, 256): TMA
  * zero-fills the missing columns on load and clips them on store. A multiple
@@ -231,18 +176,6 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
         }
         *reinterpret_cast<uint32_t *>(vt + (((int64_t)b * gridDim.y + h) * d + row) * keys + key0 + s0) = word;
     }
-}
-
-/* Multiprocessor count of a device, cached (the persistent grid size). */
-static int sm90_num_sms(int device) {
-    static int cached[64];
-    if (device < 0 || device >= 64) device = 0;
-    if (!cached[device]) {
-        int n = 0;
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) n = 132;
-        cached[device] = n;
-    }
-    return cached[device];
 }
 
 template <class Cfg>

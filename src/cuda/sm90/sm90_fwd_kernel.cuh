@@ -228,34 +228,6 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
 
 /* ---- consumer building blocks ---------------------------------------------- */
 
-template <int N, bool BF16, bool FP8>
-__device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int accumulate) {
-    if constexpr (FP8) {
-        static_assert(N == 128, "e4m3 S GEMM: 128 keys");
-        wgmma_ss_m64n128_e4m3(d, da, db, accumulate);
-        return;
-    }
-    if constexpr (N == 64 && BF16) wgmma_ss_m64n64_bf16(d, da, db, accumulate);
-    if constexpr (N == 64 && !BF16) wgmma_ss_m64n64_f16(d, da, db, accumulate);
-    if constexpr (N == 128 && BF16) wgmma_ss_m64n128_bf16(d, da, db, accumulate);
-    if constexpr (N == 128 && !BF16) wgmma_ss_m64n128_f16(d, da, db, accumulate);
-}
-
-template <int N, bool BF16, bool FP8>
-__device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int accumulate) {
-    if constexpr (FP8) {
-        static_assert(N == 128, "e4m3 P V GEMM: head dim 128");
-        wgmma_rs_m64n128_e4m3(d, a, db, accumulate);
-        return;
-    }
-    if constexpr (N == 64 && BF16) wgmma_rs_m64n64_bf16(d, a, db, accumulate);
-    if constexpr (N == 64 && !BF16) wgmma_rs_m64n64_f16(d, a, db, accumulate);
-    if constexpr (N == 128 && BF16) wgmma_rs_m64n128_bf16(d, a, db, accumulate);
-    if constexpr (N == 128 && !BF16) wgmma_rs_m64n128_f16(d, a, db, accumulate);
-    if constexpr (N == 256 && BF16) wgmma_rs_m64n256_bf16(d, a, db, accumulate);
-    if constexpr (N == 256 && !BF16) wgmma_rs_m64n256_f16(d, a, db, accumulate);
-}
-
 /* Issue S = Q K^T for this warpgroup's 64 rows (one commit group). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_t k_addr) {
@@ -342,17 +314,6 @@ __device__ __forceinline__ void sm90_softmax_block(float *S, float *row_max, flo
     /* per-thread partial sums; the quad is reduced once in the epilogue */
     row_sum[0] = row_sum[0] * rescale[0] + sum[0];
     row_sum[1] = row_sum[1] * rescale[1] + sum[1];
-}
-
-template <bool BF16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-    if constexpr (BF16) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo -> lower column */
-        return *reinterpret_cast<uint32_t *>(&v);
-    } else {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
 }
 
 /* Two floats to two e4m3 bytes, lo in the low byte (saturating to +-448). */

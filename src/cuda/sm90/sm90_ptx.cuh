@@ -7,6 +7,8 @@
 #ifndef FA_SM90_PTX_CUH
 #define FA_SM90_PTX_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 /* 32-bit shared-memory address of a generic pointer into shared memory. */
@@ -63,6 +65,15 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const void *map, uint64_t
         " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(smem_addr(dst)),
         "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
+}
+
+/* Copy `bytes` contiguous bytes (16-byte aligned, a multiple of 16) from
+ * global to shared memory; completion is reported to `bar` as transaction bytes. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
 }
 
 /* Store one 4-D box from shared memory; rows outside the tensor are clipped. */
@@ -160,5 +171,16 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+/* Two floats to one register of two 16-bit values, lo in the low half. */
+template <bool BF16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    if constexpr (BF16) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo -> lower column */
+        return *reinterpret_cast<uint32_t *>(&v);
+    } else {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+}
 
 #endif /* FA_SM90_PTX_CUH */

@@ -1,0 +1,184 @@
+/*
+ * Host side of the Hopper backward, and its two small companion kernels:
+ *   preprocess  lse2 = lse * log2(e) and Delta = rowsum(dO * O) per query row,
+ *               in whole BM-row blocks (padding rows: lse2 = +inf, Delta = 0),
+ *               so the main kernel copies them with aligned bulk copies;
+ *   main        sm90_bwd_kernel.cuh (dK, dV, and dQ into a float32 accumulator);
+ *   convert     dq = the accumulator, in the storage type.
+ * Problems the kernel does not take (varlen, D != Dv, dropout, ALiBi,
+ * softcap, the deterministic mode) go to the portable backward.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#include "sm90.h"
+#include "sm90_bwd_kernel.cuh"
+#include "sm90_host.cuh"
+
+template <bool BF16> using Sm90BwdCfgD64 = Sm90BwdConfig<64, 128, BF16>;
+template <bool BF16> using Sm90BwdCfgD128 = Sm90BwdConfig<128, 64, BF16>;
+template <bool BF16> using Sm90BwdCfgD256 = Sm90BwdConfig<256, 64, BF16>;
+
+static int bwd_padded_head_dim(const fa_problem *p) { return p->D <= 64 ? 64 : p->D <= 128 ? 128 : 256; }
+static int bwd_block_m(const fa_problem *p) { return bwd_padded_head_dim(p) == 64 ? 128 : 64; }
+static int bwd_block_n(const fa_problem *p) { return bwd_padded_head_dim(p) == 256 ? 64 : 128; }
+static int64_t bwd_sq_pad(const fa_problem *p) { return (p->Sq + bwd_block_m(p) - 1) / bwd_block_m(p) * bwd_block_m(p); }
+
+/* Workspace: lse2 and Delta (B, Hq, sq_pad), then the dQ accumulator (B, Hq,
+ * sq_pad, D padded), from the first 256-byte boundary of the buffer (a
+ * caller's buffer may start anywhere; the bulk copies need 16 bytes). */
+static size_t bwd_round(size_t x) { return (x + 255) & ~(size_t)255; }
+static size_t bwd_rows(const fa_problem *p) { return (size_t)p->B * (size_t)p->Hq * (size_t)bwd_sq_pad(p); }
+static size_t bwd_accum_bytes(const fa_problem *p) { return bwd_rows(p) * (size_t)bwd_padded_head_dim(p) * 4; }
+
+/* ---- companion kernels ----------------------------------------------------- */
+
+__device__ __forceinline__ float elem_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float elem_to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ void elem_store(__nv_bfloat16 *d, float x) { *d = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void elem_store(__half *d, float x) { *d = __float2half_rn(x); }
+
+/* One warp per (padded row, head, batch). vec: Dv % 8 == 0 and out / dout rows
+ * on 16 bytes, so each lane reads eight columns at a time. */
+template <typename T>
+__global__ void sm90_bwd_preprocess(const __grid_constant__ fa_problem p, float *lse2, float *delta, int sq_pad,
+                                    int vec) {
+    const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (i >= sq_pad) return;
+    const int64_t slot = ((int64_t)b * p.Hq + h) * sq_pad + i;
+    if (i >= p.Sq) { /* padding rows: P = 0 */
+        if (lane == 0) { lse2[slot] = INFINITY; delta[slot] = 0.f; }
+        return;
+    }
+    const T *o = (const T *)p.out.data + fa_q_offset(&p, &p.out, b, i, h);
+    const T *dout = (const T *)p.dout.data + fa_q_offset(&p, &p.dout, b, i, h);
+    float acc = 0.f;
+    if (vec) {
+        for (int d = lane * 8; d < p.Dv; d += 256) {
+            union { uint4 u; T e[8]; } x, y;
+            x.u = *(const uint4 *)(o + d);
+            y.u = *(const uint4 *)(dout + d);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc += elem_to_f32(x.e[e]) * elem_to_f32(y.e[e]);
+        }
+    } else {
+        for (int d = lane; d < p.Dv; d += 32) acc += elem_to_f32(o[d]) * elem_to_f32(dout[d]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) {
+        const float lse = p.lse[fa_lse_offset(&p, b, h, i)];
+        lse2[slot] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f; /* no visible key: P = 0 */
+        delta[slot] = acc;
+    }
+}
+
+/* One warp per (row, head, batch): dq = accumulator (already scaled). */
+template <typename T>
+__global__ void sm90_bwd_convert(const __grid_constant__ fa_problem p, const float *dq_accum, int sq_pad, int dpad) {
+    const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (i >= p.Sq) return;
+    const float *src = dq_accum + (((int64_t)b * p.Hq + h) * sq_pad + i) * dpad;
+    T *dst = (T *)p.dq.data + fa_q_offset(&p, &p.dq, b, i, h);
+    for (int d = lane; d < p.D; d += 32) elem_store(dst + d, src[d]);
+}
+
+/* ---- host ------------------------------------------------------------------- */
+
+static int bwd_view_aligned(const fa_view *v) {
+    return (uintptr_t)v->data % 16 == 0 && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0;
+}
+
+/* Builds the kernel parameters; 0 if the problem is not TMA-addressable. */
+static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams *k) {
+    memset(k, 0, sizeof(*k));
+    const int bm = bwd_block_m(p);
+    if (!sm90_make_map(&k->tm_q, &p->q, p->dtype, p->B, p->Sq, p->Hq, p->D, bm)) return 0;
+    if (!sm90_make_map(&k->tm_do, &p->dout, p->dtype, p->B, p->Sq, p->Hq, p->D, bm)) return 0;
+    if (!sm90_make_map(&k->tm_k, &p->k, p->dtype, p->B, p->Sk, p->Hk, p->D, bwd_block_n(p))) return 0;
+    if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, p->B, p->Sk, p->Hk, p->D, bwd_block_n(p))) return 0;
+    char *w = x ? (char *)bwd_round((uintptr_t)x->workspace) : NULL;
+    const size_t rows = bwd_rows(p);
+    k->lse2 = (const float *)w;
+    k->delta = (const float *)(w ? w + bwd_round(rows * 4) : NULL);
+    k->dq_accum = (float *)(w ? w + 2 * bwd_round(rows * 4) : NULL);
+    k->dk = p->dk.data;
+    k->dv = p->dv.data;
+    k->dk_sb = p->dk.sb;
+    k->dk_ss = p->dk.ss;
+    k->dk_sh = p->dk.sh;
+    k->dv_sb = p->dv.sb;
+    k->dv_ss = p->dv.ss;
+    k->dv_sh = p->dv.sh;
+    k->sq = (int)p->Sq;
+    k->sk = (int)p->Sk;
+    k->sq_pad = (int)bwd_sq_pad(p);
+    k->hq = (int)p->Hq;
+    k->hk = (int)p->Hk;
+    k->q_per_kv = (int)(p->Hq / p->Hk);
+    k->head_dim = (int)p->D;
+    k->diag_off = fa_diag_offset(p, p->Sq, p->Sk);
+    k->window_left = p->window_left;
+    k->window_right = p->window_right;
+    k->scale = p->scale;
+    k->scale_log2 = p->scale * 1.4426950408889634f;
+    return 1;
+}
+
+extern "C" int fa_sm90_bwd_supports(const fa_problem *p) {
+    if (p->dtype != FA_BF16 && p->dtype != FA_F16) return 0;
+    if (p->D != p->Dv || p->D % 8 || p->D < 8 || p->D > 256) return 0;
+    if (p->cu_seqlens_q || p->cu_seqlens_k || p->seqlens_k || p->block_table || p->k_new.data) return 0;
+    if (p->alibi || p->dropout_p != 0.f || p->softcap > 0.f || p->deterministic) return 0;
+    if (p->B < 1 || p->B > 65535 || p->Hk > 65535 || p->Hq % p->Hk) return 0;
+    if (p->Sq < 1 || p->Sk < 1 || p->Sq >= ((int64_t)1 << 30) || p->Sk >= ((int64_t)1 << 30)) return 0;
+    if (p->Hq * bwd_sq_pad(p) >= ((int64_t)1 << 31)) return 0;
+    /* dK and dV are stored as column pairs (4 bytes) */
+    if (!bwd_view_aligned(&p->dk) || !bwd_view_aligned(&p->dv)) return 0;
+    Sm90BwdParams k;
+    return bwd_fill_params(p, NULL, &k);
+}
+
+extern "C" size_t fa_sm90_bwd_workspace(const fa_problem *p) {
+    return 256 + 2 * bwd_round(bwd_rows(p) * 4) + bwd_accum_bytes(p);
+}
+
+template <class Cfg, typename T>
+static fa_status bwd_run(const fa_problem *p, const fa_exec *x, const Sm90BwdParams &k) {
+    cudaStream_t stream = (cudaStream_t)x->stream;
+    cudaError_t e = cudaFuncSetAttribute(sm90_bwd_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Cfg::SMEM_BYTES);
+    if (e == cudaSuccess) e = cudaMemsetAsync(k.dq_accum, 0, bwd_accum_bytes(p), stream);
+    if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 backward: %s", cudaGetErrorString(e));
+    const int vec = p->Dv % 8 == 0 && bwd_view_aligned(&p->out) && bwd_view_aligned(&p->dout);
+    sm90_bwd_preprocess<T><<<dim3((unsigned)((k.sq_pad + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(
+        *p, (float *)k.lse2, (float *)k.delta, k.sq_pad, vec);
+    const unsigned n_blocks = (unsigned)((p->Sk + Cfg::BN - 1) / Cfg::BN);
+    sm90_bwd_kernel<Cfg><<<dim3(n_blocks, (unsigned)p->Hk, (unsigned)p->B), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(k);
+    sm90_bwd_convert<T><<<dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(
+        *p, k.dq_accum, k.sq_pad, Cfg::D);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 backward launch: %s", cudaGetErrorString(e));
+    return FA_OK;
+}
+
+extern "C" fa_status fa_sm90_bwd(const fa_problem *p, const fa_exec *x) {
+    Sm90BwdParams k;
+    if (!x->workspace || x->workspace_bytes < fa_sm90_bwd_workspace(p))
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 backward: needs %zu bytes of workspace", fa_sm90_bwd_workspace(p));
+    if (!bwd_fill_params(p, x, &k)) return fa_set_error(FA_ERR_INTERNAL, "sm90 backward: problem is not addressable by TMA");
+    const int d = bwd_padded_head_dim(p);
+    if (p->dtype == FA_BF16) {
+        if (d == 64) return bwd_run<Sm90BwdCfgD64<true>, __nv_bfloat16>(p, x, k);
+        if (d == 128) return bwd_run<Sm90BwdCfgD128<true>, __nv_bfloat16>(p, x, k);
+        return bwd_run<Sm90BwdCfgD256<true>, __nv_bfloat16>(p, x, k);
+    }
+    if (d == 64) return bwd_run<Sm90BwdCfgD64<false>, __half>(p, x, k);
+    if (d == 128) return bwd_run<Sm90BwdCfgD128<false>, __half>(p, x, k);
+    return bwd_run<Sm90BwdCfgD256<false>, __half>(p, x, k);
+}

@@ -1,0 +1,378 @@
+/*
+ * Hopper backward attention kernel: TMA loads, wgmma, warp specialisation.
+ *
+ * One CTA per (key block, kv head, batch), 1 + 2 warpgroups:
+ *   warpgroup 0    producer: one thread loads K and V once, then Q, dO, lse
+ *                  and Delta of each query block through a two-stage
+ *                  mbarrier ring (TMA for the tiles, bulk copies for the rows);
+ *   warpgroups 1,2 consumers: keep dK and dV in registers across every query
+ *                  block of every query head that reads this kv head (GQA
+ *                  sums in place). Up to head dim 128 the block has 128 keys
+ *                  and each consumer owns 64 of them; at head dim 256 (64 x
+ *                  256 of dK and dV would not fit one warpgroup's registers)
+ *                  the block has 64 keys, both consumers compute its S^T and
+ *                  dP^T, and each keeps half of dK's and dV's columns.
+ *
+ * Per query block of BM rows, a consumer computes (keys are the M dimension,
+ * so every accumulator below is 64 keys x something):
+ *   S^T  = K Q^T,  dP^T = V dO^T          SS wgmma, both from shared memory
+ *   P^T  = exp2(S^T scale log2 e - lse2)  lse2 per query (column)
+ *   dS^T = P^T (dP^T - Delta)
+ *   dV  += P^T dO,  dK += dS^T Q          RS wgmma: P^T / dS^T straight from
+ *                                         the accumulators, dO / Q MN-major
+ *   dQ   = dS K                           SS wgmma with both operands MN-major:
+ *                                         dS^T is staged in shared memory
+ * and adds dQ into a float32 accumulator with vector reductions. Each
+ * warpgroup forms 64 of dQ's rows (head dim 64, BM = 128) or half of its
+ * columns (head dims 128 and 256, BM = 64).
+ *
+ * Accumulator layout (wgmma m64nN, f32), thread t of the warpgroup, warp
+ * w = t/32, g = (t%32)/4, q = t%4: register i holds
+ *     row 16w + g + 8*((i/2)%2),  column 8*(i/4) + 2q + (i%2),
+ * and registers 8c..8c+7, packed pairwise to 16 bits, are the A fragment of
+ * k-step c of an RS wgmma (see sm90_fwd_kernel.cuh).
+ */
+#ifndef FA_SM90_BWD_KERNEL_CUH
+#define FA_SM90_BWD_KERNEL_CUH
+
+#include <cuda.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "sm90_ptx.cuh"
+#include "sm90_wgmma.cuh"
+
+/* Everything the kernel needs, passed by value as a __grid_constant__. */
+struct Sm90BwdParams {
+    CUtensorMap tm_q, tm_k, tm_v, tm_do; /* 4-D (D, S, H, B) maps, 128B swizzle */
+    /* Per (batch, query head, padded row): lse * log2(e) (+inf where a row sees
+     * no key or lies past Sq, which makes its P zero) and rowsum(dO * O). */
+    const float *lse2, *delta;
+    float *dq_accum;                     /* (B, Hq, sq_pad, D) float32, already scaled */
+    void *dk, *dv;                       /* outputs in the storage type */
+    int64_t dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh; /* elements */
+    int sq, sk, sq_pad, hq, hk, q_per_kv, head_dim;
+    int64_t diag_off;                    /* key j is on query i's diagonal when j == i + diag_off */
+    int64_t window_left, window_right;   /* relative to the diagonal; FA_UNBOUNDED-sized when open */
+    float scale, scale_log2;             /* softmax scale, and times log2(e) */
+};
+
+/* Compile-time tile shape and shared-memory plan. */
+template <int D_, int BM_, bool BF16_>
+struct Sm90BwdConfig {
+    static constexpr int D = D_;       /* head dim (= Dv), padded: 64, 128 or 256 */
+    static constexpr int BM = BM_;     /* query rows per block */
+    static constexpr bool BF16 = BF16_;
+    static constexpr int STAGES = 2;   /* query-block ring depth */
+    static constexpr int SLABS = D / 64; /* 128-byte column slabs of a row */
+    static_assert((BM == 128 && D == 64) || (BM == 64 && (D == 128 || D == 256)),
+                  "tile shapes: (D 64, BM 128), (D 128, BM 64), (D 256, BM 64)");
+    /* The consumers split the keys (64 each) or, at D 256, dK's and dV's columns. */
+    static constexpr bool SPLIT_KEYS = D <= 128;
+    static constexpr int BN = SPLIT_KEYS ? 128 : 64; /* keys per CTA */
+    static constexpr int DKV_N = SPLIT_KEYS ? D : D / 2; /* dK / dV columns per consumer */
+    /* dQ per consumer: 64 rows x DQ_N columns; split by rows (D 64) or columns. */
+    static constexpr bool DQ_SPLIT_COLS = BM == 64;
+    static constexpr int DQ_N = DQ_SPLIT_COLS ? D / 2 : D;
+
+    static constexpr int Q_SLAB = BM * 128;  /* one slab of a Q or dO tile */
+    static constexpr int KV_SLAB = BN * 128; /* one slab of K or V */
+    static constexpr int DS_SLAB = BN * 128; /* 64 query columns of dS^T for all 128 keys */
+    static constexpr int Q_BYTES = BM * D * 2;
+    static constexpr int KV_BYTES = BN * D * 2;
+    static constexpr int DS_BYTES = BN * BM * 2;
+    static constexpr int ROW_BYTES = BM * 4; /* lse2 or Delta of one block */
+
+    static constexpr int OFF_K = 0;
+    static constexpr int OFF_V = OFF_K + KV_BYTES;
+    static constexpr int OFF_Q = OFF_V + KV_BYTES;
+    static constexpr int OFF_DO = OFF_Q + STAGES * Q_BYTES;
+    static constexpr int OFF_DS = OFF_DO + STAGES * Q_BYTES; /* two buffers, alternating per block */
+    static constexpr int OFF_LSE = OFF_DS + 2 * DS_BYTES;
+    static constexpr int OFF_DELTA = OFF_LSE + STAGES * ROW_BYTES;
+    static constexpr int OFF_BAR = OFF_DELTA + STAGES * ROW_BYTES;
+    static constexpr int NUM_BARS = 1 + 2 * STAGES; /* kv_full, rows_full[], rows_empty[] */
+    static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024; /* + 1024: base rounded to the swizzle atom */
+    /* transaction bytes of one ring stage: Q, dO, lse2, Delta */
+    static constexpr uint32_t STAGE_TX = 2 * Q_BYTES + 2 * ROW_BYTES;
+
+    static constexpr int THREADS = 384;
+    static constexpr int PRODUCER_REGS = 24;
+    static constexpr int CONSUMER_REGS = 240;
+    static_assert(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * (65536 / THREADS / 8 * 8),
+                  "register split exceeds the launch allocation");
+};
+
+/* Named barrier: both consumer warpgroups have written their half of dS^T. */
+enum { BWD_BAR_DS = 1 };
+
+/* The query blocks that see some key of a key block, and the work list. */
+struct Sm90BwdWork {
+    int n0;          /* first key of the block */
+    int m_lo, count; /* query blocks [m_lo, m_lo + count) of each query head */
+    int total;       /* count * query heads per kv head */
+};
+
+template <class Cfg>
+__device__ __forceinline__ Sm90BwdWork sm90_bwd_work(const Sm90BwdParams &p, int n_block) {
+    Sm90BwdWork w;
+    w.n0 = n_block * Cfg::BN;
+    const int64_t n1 = min(w.n0 + Cfg::BN, p.sk);
+    /* key j is visible from query i when i + diag - wl <= j <= i + diag + wr */
+    int64_t i_begin = (int64_t)w.n0 - p.diag_off - p.window_right;
+    int64_t i_end = n1 - p.diag_off + p.window_left; /* exclusive */
+    i_begin = max(i_begin, (int64_t)0);
+    i_end = min(i_end, (int64_t)p.sq);
+    w.m_lo = (int)(i_begin / Cfg::BM);
+    w.count = i_end > i_begin ? (int)((i_end + Cfg::BM - 1) / Cfg::BM) - w.m_lo : 0;
+    w.total = w.count * p.q_per_kv;
+    return w;
+}
+
+/* Item k of the list: query head and query block. Key blocks start at
+ * different query blocks so that concurrent CTAs add into different rows of
+ * the dQ accumulator. */
+__device__ __forceinline__ void sm90_bwd_item(const Sm90BwdWork &w, int n_block, int hk, int q_per_kv, int k,
+                                              int &head, int &m_block) {
+    head = hk * q_per_kv + k / w.count;
+    m_block = w.m_lo + (k % w.count + n_block) % w.count;
+}
+
+/* ---- producer -------------------------------------------------------------- */
+
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_t *smem, uint64_t *bars) {
+    uint64_t *kv_full = bars, *rows_full = bars + 1, *rows_empty = bars + 1 + Cfg::STAGES;
+    const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, n_block);
+    if (w.total == 0) return; /* the consumers write zeros and wait for nothing */
+    tma_prefetch_map(&p.tm_q);
+    tma_prefetch_map(&p.tm_do);
+    mbar_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
+    for (int s = 0; s < Cfg::SLABS; ++s) {
+        tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_SLAB, &p.tm_k, kv_full, s * 64, w.n0, hk, b);
+        tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_SLAB, &p.tm_v, kv_full, s * 64, w.n0, hk, b);
+    }
+    for (int k = 0; k < w.total; ++k) {
+        int head, m_block;
+        sm90_bwd_item(w, n_block, hk, p.q_per_kv, k, head, m_block);
+        const int stage = k % Cfg::STAGES;
+        /* a fresh barrier counts as having completed the phase before phase 0 */
+        mbar_wait(&rows_empty[stage], ((k / Cfg::STAGES) & 1) ^ 1);
+        uint64_t *full = &rows_full[stage];
+        mbar_arrive_expect_tx(full, Cfg::STAGE_TX);
+        const int row0 = m_block * Cfg::BM;
+        for (int s = 0; s < Cfg::SLABS; ++s) {
+            tma_load_4d(smem + Cfg::OFF_Q + stage * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, full, s * 64, row0, head, b);
+            tma_load_4d(smem + Cfg::OFF_DO + stage * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_do, full, s * 64, row0, head,
+                        b);
+        }
+        const int64_t rows = ((int64_t)b * p.hq + head) * p.sq_pad + row0; /* padded: whole blocks exist */
+        bulk_load(smem + Cfg::OFF_LSE + stage * Cfg::ROW_BYTES, p.lse2 + rows, Cfg::ROW_BYTES, full);
+        bulk_load(smem + Cfg::OFF_DELTA + stage * Cfg::ROW_BYTES, p.delta + rows, Cfg::ROW_BYTES, full);
+    }
+}
+
+/* ---- consumer ---------------------------------------------------------------- */
+
+/* Adds (x0, x1) to two adjacent floats of global memory in one request. */
+__device__ __forceinline__ void red_add_v2(float *dst, float x0, float x1) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(x0), "f"(x1) : "memory");
+}
+
+/* acc (64 keys x N) = A B^T over the head dim: A = this warpgroup's 64 rows
+ * of K or V, B = the N rows of Q or dO; both K-major. */
+template <class Cfg, int N>
+__device__ __forceinline__ void sm90_bwd_issue_ss(float *acc, uint32_t a_addr, uint32_t b_addr, uint32_t b_slab) {
+#pragma unroll
+    for (int k = 0; k < Cfg::D / 16; ++k) {
+        const uint32_t off = (k % 4) * 32; /* 16 columns = 32 bytes inside slab k / 4 */
+        wgmma_ss<N, Cfg::BF16, false>(acc, smem_desc_sw128(a_addr + (k / 4) * Cfg::KV_SLAB + off, 16),
+                                      smem_desc_sw128(b_addr + (k / 4) * b_slab + off, 16), k > 0);
+    }
+}
+
+/* acc (64 keys x DKV_N) += A B: A = 64 x BM from registers (P^T or dS^T),
+ * B = DKV_N columns of the BM-row tile of dO or Q, MN-major: k-step c is its
+ * rows 16c..16c+15, its 64-column slabs Q_SLAB bytes apart. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_issue_rs(float *acc, const uint32_t *a, uint32_t b_addr) {
+#pragma unroll
+    for (int c = 0; c < Cfg::BM / 16; ++c)
+        wgmma_rs<Cfg::DKV_N, Cfg::BF16, false>(acc, a + 4 * c, smem_desc_sw128(b_addr + c * 16 * 128, Cfg::Q_SLAB), 1);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_t *smem, uint64_t *bars, int wg) {
+    uint64_t *kv_full = bars, *rows_full = bars + 1, *rows_empty = bars + 1 + Cfg::STAGES;
+    const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, quad_col = 2 * (lane % 4);
+    const int wg_keys = Cfg::SPLIT_KEYS ? wg * 64 : 0;    /* this warpgroup's first key of the block */
+    const int key_row = wg_keys + warp * 16 + g;          /* this thread's keys: key_row, key_row + 8 */
+    const int dkv_col0 = Cfg::SPLIT_KEYS ? 0 : wg * Cfg::DKV_N; /* this warpgroup's dK / dV columns */
+    const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, n_block);
+
+    const uint32_t k_addr = smem_addr(smem + Cfg::OFF_K), v_addr = smem_addr(smem + Cfg::OFF_V);
+    const uint32_t kv_rows = wg_keys * 128; /* this warpgroup's 64 rows inside each K / V slab */
+
+    float dK[Cfg::DKV_N / 2], dV[Cfg::DKV_N / 2];
+#pragma unroll
+    for (int i = 0; i < Cfg::DKV_N / 2; ++i) dK[i] = dV[i] = 0.f;
+
+    if (w.total > 0) mbar_wait(kv_full, 0);
+    for (int k = 0; k < w.total; ++k) {
+        int head, m_block;
+        sm90_bwd_item(w, n_block, hk, p.q_per_kv, k, head, m_block);
+        const int stage = k % Cfg::STAGES;
+        const uint32_t q_addr = smem_addr(smem + Cfg::OFF_Q + stage * Cfg::Q_BYTES);
+        const uint32_t do_addr = smem_addr(smem + Cfg::OFF_DO + stage * Cfg::Q_BYTES);
+        const float *lse2 = reinterpret_cast<const float *>(smem + Cfg::OFF_LSE + stage * Cfg::ROW_BYTES);
+        const float *delta = reinterpret_cast<const float *>(smem + Cfg::OFF_DELTA + stage * Cfg::ROW_BYTES);
+        uint8_t *ds = smem + Cfg::OFF_DS + (k % 2) * Cfg::DS_BYTES; /* dS^T, [query slab][key][64 queries] */
+        const int m0 = m_block * Cfg::BM;
+
+        mbar_wait(&rows_full[stage], (k / Cfg::STAGES) & 1);
+
+        /* S^T = K Q^T and dP^T = V dO^T, two commit groups. */
+        float St[Cfg::BM / 2], dPt[Cfg::BM / 2];
+        fence_regs<Cfg::BM / 2>(St);
+        fence_regs<Cfg::BM / 2>(dPt);
+        wgmma_fence();
+        sm90_bwd_issue_ss<Cfg, Cfg::BM>(St, k_addr + kv_rows, q_addr, Cfg::Q_SLAB);
+        wgmma_commit();
+        sm90_bwd_issue_ss<Cfg, Cfg::BM>(dPt, v_addr + kv_rows, do_addr, Cfg::Q_SLAB);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs<Cfg::BM / 2>(St);
+
+        /* P^T in place of S^T. Rows past Sq have lse2 = +inf (P = 0); keys past
+         * Sk were zero-filled and meet zero rows of K in dQ and are not stored,
+         * so only a window or causal mask needs per-element work. */
+        const int64_t d_lo = p.diag_off - p.window_left, d_hi = p.diag_off + p.window_right; /* key - query */
+        const bool masked = (int64_t)w.n0 - (m0 + Cfg::BM - 1) < d_lo || (int64_t)w.n0 + Cfg::BN - 1 - m0 > d_hi;
+#pragma unroll
+        for (int i = 0; i < Cfg::BM / 2; i += 2) {
+            const int col = 8 * (i / 4) + quad_col;
+            const float2 l2 = *reinterpret_cast<const float2 *>(lse2 + col);
+            St[i] = fast_exp2(fmaf(St[i], p.scale_log2, -l2.x));
+            St[i + 1] = fast_exp2(fmaf(St[i + 1], p.scale_log2, -l2.y));
+        }
+        if (masked) {
+#pragma unroll
+            for (int i = 0; i < Cfg::BM / 2; ++i) {
+                const int64_t rel = (int64_t)(w.n0 + key_row + 8 * ((i / 2) % 2)) - (m0 + 8 * (i / 4) + quad_col + (i % 2));
+                if (rel < d_lo || rel > d_hi) St[i] = 0.f;
+            }
+        }
+        wgmma_wait<0>();
+        fence_regs<Cfg::BM / 2>(dPt);
+
+        /* dS^T = P^T (dP^T - Delta); both packed to 16 bits as A fragments. */
+        uint32_t Pa[Cfg::BM / 4], dSa[Cfg::BM / 4];
+#pragma unroll
+        for (int i = 0; i < Cfg::BM / 2; i += 2) {
+            const int col = 8 * (i / 4) + quad_col;
+            const float2 dl = *reinterpret_cast<const float2 *>(delta + col);
+            Pa[i / 2] = pack2<Cfg::BF16>(St[i], St[i + 1]);
+            dSa[i / 2] = pack2<Cfg::BF16>(St[i] * (dPt[i] - dl.x), St[i + 1] * (dPt[i + 1] - dl.y));
+        }
+
+        /* dS^T to shared memory (128B-swizzled rows of 64 queries) for dQ,
+         * before dS^T's registers go to the tensor cores (an in-flight wgmma's
+         * A registers may not be read). The buffer alternates per block: the
+         * barrier below, one block ago, ordered its last reader (the dQ of two
+         * blocks ago, waited for by both warpgroups) before this write. */
+        if (Cfg::SPLIT_KEYS || wg == 0) /* at D 256 both hold the same dS^T */
+#pragma unroll
+        for (int j = 0; j < Cfg::BM / 4; ++j) {
+            const int r = key_row + 8 * (j % 2), c = 8 * (j / 2) + quad_col; /* register pair 2j: (row, col) */
+            const uint32_t off = (c / 64) * Cfg::DS_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+            *reinterpret_cast<uint32_t *>(ds + off) = dSa[j];
+        }
+        /* dV += P^T dO and dK += dS^T Q, one commit group. */
+        fence_regs<Cfg::DKV_N / 2>(dV);
+        fence_regs<Cfg::DKV_N / 2>(dK);
+        fence_regs<Cfg::BM / 4>(Pa);
+        fence_regs<Cfg::BM / 4>(dSa);
+        wgmma_fence();
+        const uint32_t cols = (dkv_col0 / 64) * Cfg::Q_SLAB; /* first slab of this warpgroup's columns */
+        sm90_bwd_issue_rs<Cfg>(dV, Pa, do_addr + cols);
+        sm90_bwd_issue_rs<Cfg>(dK, dSa, q_addr + cols);
+        wgmma_commit();
+
+        fence_proxy_async_smem(); /* generic-proxy writes -> visible to wgmma */
+        named_bar_sync(BWD_BAR_DS, 256);
+
+        /* dQ (64 x 64 of it) = dS K: A = dS^T as MN-major (k-step = 16 keys =
+         * 16 rows), B = K as MN-major, both 128B-swizzled [key][64 columns]. */
+        const uint32_t ds_a = smem_addr(ds) + (Cfg::DQ_SPLIT_COLS ? 0 : wg * Cfg::DS_SLAB);
+        const uint32_t k_b = k_addr + (Cfg::DQ_SPLIT_COLS ? wg * (Cfg::DQ_N / 64) * Cfg::KV_SLAB : 0);
+        float dQ[Cfg::DQ_N / 2];
+        fence_regs<Cfg::DQ_N / 2>(dQ);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BN / 16; ++kk)
+            wgmma_ss_tt<Cfg::DQ_N, Cfg::BF16>(dQ, smem_desc_sw128(ds_a + kk * 16 * 128, Cfg::DS_SLAB),
+                                              smem_desc_sw128(k_b + kk * 16 * 128, Cfg::KV_SLAB), kk > 0);
+        wgmma_commit();
+        wgmma_wait<1>(); /* dV, dK done: Q, dO, lse2 and Delta of this stage are free */
+        fence_regs<Cfg::DKV_N / 2>(dV);
+        fence_regs<Cfg::DKV_N / 2>(dK);
+        /* Every thread frees the stage: an arrive releases only the arriving
+         * thread's own reads of lse2 and Delta. */
+        mbar_arrive(&rows_empty[stage]);
+        wgmma_wait<0>();
+        fence_regs<Cfg::DQ_N / 2>(dQ);
+
+        /* dQ * scale into the accumulator; padded rows and columns exist there. */
+        const int q_row0 = m0 + (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64) + warp * 16 + g;
+        const int q_col0 = (Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0) + quad_col;
+        float *acc = p.dq_accum + (((int64_t)b * p.hq + head) * p.sq_pad + q_row0) * Cfg::D + q_col0;
+#pragma unroll
+        for (int i = 0; i < Cfg::DQ_N / 2; i += 2) {
+            const int r = 8 * ((i / 2) % 2), c = 8 * (i / 4);
+            red_add_v2(acc + r * Cfg::D + c, dQ[i] * p.scale, dQ[i + 1] * p.scale);
+        }
+    }
+
+    /* dK = scale * sum dS^T Q and dV = sum P^T dO for the keys inside the sequence. */
+#pragma unroll
+    for (int i = 0; i < Cfg::DKV_N / 2; i += 2) {
+        const int key = w.n0 + key_row + 8 * ((i / 2) % 2), col = dkv_col0 + 8 * (i / 4) + quad_col;
+        if (key >= p.sk || col >= p.head_dim) continue;
+        uint16_t *dk = (uint16_t *)p.dk + (int64_t)b * p.dk_sb + (int64_t)key * p.dk_ss + (int64_t)hk * p.dk_sh + col;
+        uint16_t *dv = (uint16_t *)p.dv + (int64_t)b * p.dv_sb + (int64_t)key * p.dv_ss + (int64_t)hk * p.dv_sh + col;
+        *reinterpret_cast<uint32_t *>(dk) = pack2<Cfg::BF16>(dK[i] * p.scale, dK[i + 1] * p.scale);
+        *reinterpret_cast<uint32_t *>(dv) = pack2<Cfg::BF16>(dV[i], dV[i + 1]);
+    }
+}
+
+/* ---- kernel ------------------------------------------------------------------- */
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_bwd_kernel(const __grid_constant__ Sm90BwdParams p) {
+    extern __shared__ uint8_t smem_raw[];
+    /* swizzle atoms are 1024 B and addressed absolutely: align the base */
+    uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + Cfg::OFF_BAR);
+    if (threadIdx.x == 0) {
+        mbar_init(&bars[0], 1); /* kv_full: the producer's expect_tx arrive */
+        for (int s = 0; s < Cfg::STAGES; ++s) {
+            mbar_init(&bars[1 + s], 1);                /* rows_full */
+            mbar_init(&bars[1 + Cfg::STAGES + s], 256); /* rows_empty: every consumer thread */
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        regs_dealloc<Cfg::PRODUCER_REGS>();
+        if (threadIdx.x == 0) sm90_bwd_producer<Cfg>(p, smem, bars);
+    } else {
+        regs_alloc<Cfg::CONSUMER_REGS>();
+        sm90_bwd_consumer<Cfg>(p, smem, bars, wg - 1);
+    }
+}
+
+#endif /* FA_SM90_BWD_KERNEL_CUH */
