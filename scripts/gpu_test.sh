@@ -5,7 +5,8 @@
 #      more on cuda_sm80 with the GQA-packed forward forced (FA_SM80_PACK=1);
 #      each test compares the backend with the float64 reference and a
 #      same-precision naive baseline,
-#   3. compute-sanitizer memcheck and racecheck on a small subset,
+#   3. compute-sanitizer memcheck and racecheck on small subsets, on both
+#      flavours,
 #   4. optionally (FA_BENCH=1 or FA_BENCH=quick) bench/gpu_vs_torch.py.
 # Logs go to $OUT when it is set (else build-gpu/logs).
 #
@@ -90,14 +91,20 @@ done
 if [ "${FA_SANITIZE:-1}" != "0" ] && command -v compute-sanitizer > /dev/null; then
     suite=$(echo "$TESTS" | tr ' ' '\n' | grep 'test_suite$' | head -1)
     kv=$(echo "$TESTS" | tr ' ' '\n' | grep -E 'test_(kvcache|merge)$')
+    # (backend, test, case filter): small shapes, the tools are slow. On a
+    # Hopper device "cuda" runs the sm90 kernels: every head-dim tile shape
+    # of the forward and backward, masks and GQA.
+    runs="cuda_sm80:$suite:${FA_SANITIZE_FILTER:-gqa}"
+    for t in $kv; do runs="$runs cuda_sm80:$t:"; done
+    runs="$runs cuda:$suite:head%dim cuda:$suite:gqa cuda:$suite:window"
     for tool in memcheck racecheck; do
-        for t in $suite $kv; do
-            filter=""
-            [ "$t" = "$suite" ] && filter="${FA_SANITIZE_FILTER:-gqa}" # small shapes: the tools are slow
-            FA_TEST_BACKEND=cuda_sm80 FA_TEST_QUICK=1 FA_TEST_FILTER="$filter" \
+        for run in $runs; do
+            IFS=: read -r backend t filter <<< "$run"
+            filter=${filter//%/ }
+            FA_TEST_BACKEND=$backend FA_TEST_QUICK=1 FA_TEST_FILTER="$filter" \
                 timeout 600 compute-sanitizer --tool $tool --error-exitcode 3 "$t" >> "$LOGS/sanitizer.log" 2>&1
             rc=$?
-            echo "sanitizer $tool $(basename "$t"): rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer.log" | tail -1)" | tee -a "$LOGS/summary.log"
+            echo "sanitizer $tool $backend $(basename "$t") ${filter:+[$filter]}: rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer.log" | tail -1)" | tee -a "$LOGS/summary.log"
             [ $rc -ne 0 ] && status=1
         done
     done

@@ -7,6 +7,7 @@ SS_N = (64, 128)          # S = Q K^T: N = kv block
 RS_N = (64, 128, 256)     # O += P V:  N = head dim
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 SS_TT_N = (64, 128)       # backward dQ = dS K: both operands MN-major in smem
+SS_KT_N = (128,)          # backward dK = dS^T Q with dS^T in smem: B MN-major
 FP8_SS_N = (128,)         # e4m3: S = Q K^T, k32 steps
 FP8_RS_N = (128,)         # e4m3: O += P V^T (V transposed: K-major)
 
@@ -59,6 +60,20 @@ __device__ __forceinline__ void wgmma_ss_tt_m64n{n}_{name}(float *d, uint64_t de
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{na + 2}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
         "{{{regs(na, 0)}}}, %{na}, %{na + 1}, p, 1, 1, 1, 1;\\n}}\\n"
+        : {acc_operands(na).strip()}
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}}
+'''
+
+
+def ss_kt(n, name, ptx):
+    na = n // 2
+    return f'''/* D(64x{n}) (+)= A(64x16, smem, K-major) * B(16x{n}, smem, MN-major) */
+__device__ __forceinline__ void wgmma_ss_kt_m64n{n}_{name}(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{na + 2}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
+        "{{{regs(na, 0)}}}, %{na}, %{na + 1}, p, 1, 1, 0, 1;\\n}}\\n"
         : {acc_operands(na).strip()}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
@@ -125,6 +140,14 @@ __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t d
     if constexpr (N == 256 && !BF16) wgmma_rs_m64n256_f16(d, a, db, accumulate);
 }
 
+/* D(64xN) (+)= A B, both from shared memory, A K-major, B MN-major. */
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_ss_kt(float *d, uint64_t da, uint64_t db, int accumulate) {
+    static_assert(N == 128, "SS with B MN-major: N = 128");
+    if constexpr (BF16) wgmma_ss_kt_m64n128_bf16(d, da, db, accumulate);
+    else wgmma_ss_kt_m64n128_f16(d, da, db, accumulate);
+}
+
 /* D(64xN) (+)= A B, both from shared memory, both MN-major. */
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_tt(float *d, uint64_t da, uint64_t db, int accumulate) {
@@ -157,6 +180,8 @@ def main():
             out.append(rs(n, name, ptx))
         for n in SS_TT_N:
             out.append(ss_tt(n, name, ptx))
+        for n in SS_KT_N:
+            out.append(ss_kt(n, name, ptx))
     for n in FP8_SS_N:
         out.append(ss_fp8(n))
     for n in FP8_RS_N:

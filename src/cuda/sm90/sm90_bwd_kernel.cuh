@@ -10,8 +10,9 @@
  *                  sums in place). Up to head dim 128 the block has 128 keys
  *                  and each consumer owns 64 of them; at head dim 256 (64 x
  *                  256 of dK and dV would not fit one warpgroup's registers)
- *                  the block has 64 keys, both consumers compute its S^T and
- *                  dP^T, and each keeps half of dK's and dV's columns.
+ *                  the block has 64 keys and each consumer keeps half of dK's
+ *                  and dV's columns; one computes S^T and P^T, the other dP^T
+ *                  and dS^T, and they trade P^T and dS^T through shared memory.
  *
  * Per query block of BM rows, a consumer computes (keys are the M dimension,
  * so every accumulator below is 64 keys x something):
@@ -87,8 +88,12 @@ struct Sm90BwdConfig {
     static constexpr int OFF_V = OFF_K + KV_BYTES;
     static constexpr int OFF_Q = OFF_V + KV_BYTES;
     static constexpr int OFF_DO = OFF_Q + STAGES * Q_BYTES;
-    static constexpr int OFF_DS = OFF_DO + STAGES * Q_BYTES; /* two buffers, alternating per block */
-    static constexpr int OFF_LSE = OFF_DS + 2 * DS_BYTES;
+    /* dS^T: two buffers alternating per block when the consumers split the
+     * keys; at D 256 one, plus one for P^T (see the consumer). */
+    static constexpr int DS_BUFS = SPLIT_KEYS ? 2 : 1;
+    static constexpr int OFF_DS = OFF_DO + STAGES * Q_BYTES;
+    static constexpr int OFF_PT = OFF_DS + DS_BUFS * DS_BYTES;
+    static constexpr int OFF_LSE = OFF_PT + (SPLIT_KEYS ? 0 : DS_BYTES);
     static constexpr int OFF_DELTA = OFF_LSE + STAGES * ROW_BYTES;
     static constexpr int OFF_BAR = OFF_DELTA + STAGES * ROW_BYTES;
     static constexpr int NUM_BARS = 1 + 2 * STAGES; /* kv_full, rows_full[], rows_empty[] */
@@ -103,8 +108,10 @@ struct Sm90BwdConfig {
                   "register split exceeds the launch allocation");
 };
 
-/* Named barrier: both consumer warpgroups have written their half of dS^T. */
-enum { BWD_BAR_DS = 1 };
+/* Named barriers between the two consumer warpgroups (0 is __syncthreads),
+ * each passed by both: both halves of dS^T written; and at D 256, where one
+ * warpgroup forms P^T and the other dS^T: P^T written, dS^T written. */
+enum { BWD_BAR_DS = 1, BWD_BAR_P_READY = 2, BWD_BAR_DS_READY = 3 };
 
 /* The query blocks that see some key of a key block, and the work list. */
 struct Sm90BwdWork {
@@ -202,6 +209,64 @@ __device__ __forceinline__ void sm90_bwd_issue_rs(float *acc, const uint32_t *a,
         wgmma_rs<Cfg::DKV_N, Cfg::BF16, false>(acc, a + 4 * c, smem_desc_sw128(b_addr + c * 16 * 128, Cfg::Q_SLAB), 1);
 }
 
+/* Byte offset of element (key r, query c) in a [query slab][key][64 queries]
+ * 128B-swizzled tile (dS^T, P^T): the 16-byte chunk index XOR (r mod 8). */
+template <class Cfg>
+__device__ __forceinline__ uint32_t sm90_bwd_tile_off(int r, int c) {
+    return (c / 64) * Cfg::DS_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+}
+
+/* Packed pairs (register pair 2j of a 64 x BM accumulator) to such a tile. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_store_pairs(uint8_t *tile, const uint32_t *pairs, int key_row, int quad_col) {
+#pragma unroll
+    for (int j = 0; j < Cfg::BM / 4; ++j)
+        *reinterpret_cast<uint32_t *>(tile + sm90_bwd_tile_off<Cfg>(key_row + 8 * (j % 2), 8 * (j / 2) + quad_col)) = pairs[j];
+}
+
+/* P^T = exp2(S^T scale log2(e) - lse2) in place, with the mask. Rows past Sq
+ * have lse2 = +inf (P = 0); keys past Sk were zero-filled, meet zero rows of
+ * K in dQ and are never stored, so only a window or causal mask needs
+ * per-element work. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_probs(float *St, const float *lse2, const Sm90BwdParams &p, int n0, int m0,
+                                               int key_row, int quad_col) {
+#pragma unroll
+    for (int i = 0; i < Cfg::BM / 2; i += 2) {
+        const float2 l2 = *reinterpret_cast<const float2 *>(lse2 + 8 * (i / 4) + quad_col);
+        St[i] = fast_exp2(fmaf(St[i], p.scale_log2, -l2.x));
+        St[i + 1] = fast_exp2(fmaf(St[i + 1], p.scale_log2, -l2.y));
+    }
+    const int64_t d_lo = p.diag_off - p.window_left, d_hi = p.diag_off + p.window_right; /* of key - query */
+    if ((int64_t)n0 - (m0 + Cfg::BM - 1) < d_lo || (int64_t)n0 + Cfg::BN - 1 - m0 > d_hi) {
+#pragma unroll
+        for (int i = 0; i < Cfg::BM / 2; ++i) {
+            const int64_t rel = (int64_t)(n0 + key_row + 8 * ((i / 2) % 2)) - (m0 + 8 * (i / 4) + quad_col + (i % 2));
+            if (rel < d_lo || rel > d_hi) St[i] = 0.f;
+        }
+    }
+}
+
+/* Issue dQ (64 x DQ_N of it) = dS K: A = dS^T as MN-major (a k-step is 16
+ * keys = 16 rows), B = K's slabs as MN-major; no commit. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_issue_dq(float *dQ, uint32_t ds_a, uint32_t k_b) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BN / 16; ++kk)
+        wgmma_ss_tt<Cfg::DQ_N, Cfg::BF16>(dQ, smem_desc_sw128(ds_a + kk * 16 * 128, Cfg::DS_SLAB),
+                                          smem_desc_sw128(k_b + kk * 16 * 128, Cfg::KV_SLAB), kk > 0);
+}
+
+/* dQ * scale into the accumulator (its padded rows and columns exist). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_add_dq(const Sm90BwdParams &p, const float *dQ, int b, int head, int q_row0,
+                                                int q_col0) {
+    float *acc = p.dq_accum + (((int64_t)b * p.hq + head) * p.sq_pad + q_row0) * Cfg::D + q_col0;
+#pragma unroll
+    for (int i = 0; i < Cfg::DQ_N / 2; i += 2)
+        red_add_v2(acc + 8 * ((i / 2) % 2) * Cfg::D + 8 * (i / 4), dQ[i] * p.scale, dQ[i + 1] * p.scale);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_t *smem, uint64_t *bars, int wg) {
     uint64_t *kv_full = bars, *rows_full = bars + 1, *rows_empty = bars + 1 + Cfg::STAGES;
@@ -215,6 +280,11 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
 
     const uint32_t k_addr = smem_addr(smem + Cfg::OFF_K), v_addr = smem_addr(smem + Cfg::OFF_V);
     const uint32_t kv_rows = wg_keys * 128; /* this warpgroup's 64 rows inside each K / V slab */
+    /* dQ: this warpgroup's rows (D 64) or columns of it, and where its operands start */
+    const int dq_row = (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64) + warp * 16 + g;
+    const int dq_col = (Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0) + quad_col;
+    const uint32_t dq_a_off = Cfg::DQ_SPLIT_COLS ? 0 : wg * Cfg::DS_SLAB;
+    const uint32_t dq_b = k_addr + (Cfg::DQ_SPLIT_COLS ? wg * (Cfg::DQ_N / 64) * Cfg::KV_SLAB : 0);
 
     float dK[Cfg::DKV_N / 2], dV[Cfg::DKV_N / 2];
 #pragma unroll
@@ -229,111 +299,146 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         const uint32_t do_addr = smem_addr(smem + Cfg::OFF_DO + stage * Cfg::Q_BYTES);
         const float *lse2 = reinterpret_cast<const float *>(smem + Cfg::OFF_LSE + stage * Cfg::ROW_BYTES);
         const float *delta = reinterpret_cast<const float *>(smem + Cfg::OFF_DELTA + stage * Cfg::ROW_BYTES);
-        uint8_t *ds = smem + Cfg::OFF_DS + (k % 2) * Cfg::DS_BYTES; /* dS^T, [query slab][key][64 queries] */
+        uint8_t *ds = smem + Cfg::OFF_DS + (k % Cfg::DS_BUFS) * Cfg::DS_BYTES; /* dS^T */
+        const uint32_t cols = (dkv_col0 / 64) * Cfg::Q_SLAB; /* first slab of this warpgroup's dK / dV columns */
         const int m0 = m_block * Cfg::BM;
+        uint32_t Pa[Cfg::BM / 4], dSa[Cfg::BM / 4]; /* P^T, dS^T as 16-bit A fragments */
+        float dQ[Cfg::DQ_N / 2];
 
         mbar_wait(&rows_full[stage], (k / Cfg::STAGES) & 1);
 
-        /* S^T = K Q^T and dP^T = V dO^T, two commit groups. */
-        float St[Cfg::BM / 2], dPt[Cfg::BM / 2];
-        fence_regs<Cfg::BM / 2>(St);
-        fence_regs<Cfg::BM / 2>(dPt);
-        wgmma_fence();
-        sm90_bwd_issue_ss<Cfg, Cfg::BM>(St, k_addr + kv_rows, q_addr, Cfg::Q_SLAB);
-        wgmma_commit();
-        sm90_bwd_issue_ss<Cfg, Cfg::BM>(dPt, v_addr + kv_rows, do_addr, Cfg::Q_SLAB);
-        wgmma_commit();
-        wgmma_wait<1>();
-        fence_regs<Cfg::BM / 2>(St);
-
-        /* P^T in place of S^T. Rows past Sq have lse2 = +inf (P = 0); keys past
-         * Sk were zero-filled and meet zero rows of K in dQ and are not stored,
-         * so only a window or causal mask needs per-element work. */
-        const int64_t d_lo = p.diag_off - p.window_left, d_hi = p.diag_off + p.window_right; /* key - query */
-        const bool masked = (int64_t)w.n0 - (m0 + Cfg::BM - 1) < d_lo || (int64_t)w.n0 + Cfg::BN - 1 - m0 > d_hi;
+        if constexpr (Cfg::SPLIT_KEYS) {
+            /* S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys. */
+            float St[Cfg::BM / 2], dPt[Cfg::BM / 2];
+            fence_regs<Cfg::BM / 2>(St);
+            fence_regs<Cfg::BM / 2>(dPt);
+            wgmma_fence();
+            sm90_bwd_issue_ss<Cfg, Cfg::BM>(St, k_addr + kv_rows, q_addr, Cfg::Q_SLAB);
+            wgmma_commit();
+            sm90_bwd_issue_ss<Cfg, Cfg::BM>(dPt, v_addr + kv_rows, do_addr, Cfg::Q_SLAB);
+            wgmma_commit();
+            wgmma_wait<1>();
+            fence_regs<Cfg::BM / 2>(St);
+            sm90_bwd_probs<Cfg>(St, lse2, p, w.n0, m0, key_row, quad_col);
+            wgmma_wait<0>();
+            fence_regs<Cfg::BM / 2>(dPt);
+            /* dS^T = P^T (dP^T - Delta) */
 #pragma unroll
-        for (int i = 0; i < Cfg::BM / 2; i += 2) {
-            const int col = 8 * (i / 4) + quad_col;
-            const float2 l2 = *reinterpret_cast<const float2 *>(lse2 + col);
-            St[i] = fast_exp2(fmaf(St[i], p.scale_log2, -l2.x));
-            St[i + 1] = fast_exp2(fmaf(St[i + 1], p.scale_log2, -l2.y));
-        }
-        if (masked) {
-#pragma unroll
-            for (int i = 0; i < Cfg::BM / 2; ++i) {
-                const int64_t rel = (int64_t)(w.n0 + key_row + 8 * ((i / 2) % 2)) - (m0 + 8 * (i / 4) + quad_col + (i % 2));
-                if (rel < d_lo || rel > d_hi) St[i] = 0.f;
+            for (int i = 0; i < Cfg::BM / 2; i += 2) {
+                const float2 dl = *reinterpret_cast<const float2 *>(delta + 8 * (i / 4) + quad_col);
+                Pa[i / 2] = pack2<Cfg::BF16>(St[i], St[i + 1]);
+                dSa[i / 2] = pack2<Cfg::BF16>(St[i] * (dPt[i] - dl.x), St[i + 1] * (dPt[i + 1] - dl.y));
             }
-        }
-        wgmma_wait<0>();
-        fence_regs<Cfg::BM / 2>(dPt);
-
-        /* dS^T = P^T (dP^T - Delta); both packed to 16 bits as A fragments. */
-        uint32_t Pa[Cfg::BM / 4], dSa[Cfg::BM / 4];
+            /* dS^T to shared memory for dQ before its registers go to the
+             * tensor cores (an in-flight wgmma's A registers may not be read).
+             * The buffer alternates per block: the barrier below, one block
+             * ago, ordered its last reader (the dQ of two blocks ago, waited
+             * for by both warpgroups) before this write. */
+            sm90_bwd_store_pairs<Cfg>(ds, dSa, key_row, quad_col);
+            /* dV += P^T dO and dK += dS^T Q, one commit group. */
+            fence_regs<Cfg::DKV_N / 2>(dV);
+            fence_regs<Cfg::DKV_N / 2>(dK);
+            fence_regs<Cfg::BM / 4>(Pa);
+            fence_regs<Cfg::BM / 4>(dSa);
+            wgmma_fence();
+            sm90_bwd_issue_rs<Cfg>(dV, Pa, do_addr + cols);
+            sm90_bwd_issue_rs<Cfg>(dK, dSa, q_addr + cols);
+            wgmma_commit();
+            fence_proxy_async_smem(); /* generic-proxy writes -> visible to wgmma */
+            named_bar_sync(BWD_BAR_DS, 256); /* both halves of dS^T written */
+            fence_regs<Cfg::DQ_N / 2>(dQ);
+            wgmma_fence();
+            sm90_bwd_issue_dq<Cfg>(dQ, smem_addr(ds) + dq_a_off, dq_b);
+            wgmma_commit();
+            wgmma_wait<1>(); /* dV, dK done */
+        } else if (wg == 0) {
+            /* D 256, the S warpgroup: S^T = K Q^T, P^T, shared with the other
+             * warpgroup through shared memory; dV's columns from registers,
+             * dK's with dS^T from shared memory. */
+            uint8_t *pt = smem + Cfg::OFF_PT;
+            float St[Cfg::BM / 2];
+            fence_regs<Cfg::BM / 2>(St);
+            wgmma_fence();
+            sm90_bwd_issue_ss<Cfg, Cfg::BM>(St, k_addr, q_addr, Cfg::Q_SLAB);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs<Cfg::BM / 2>(St);
+            sm90_bwd_probs<Cfg>(St, lse2, p, w.n0, m0, key_row, quad_col);
 #pragma unroll
-        for (int i = 0; i < Cfg::BM / 2; i += 2) {
-            const int col = 8 * (i / 4) + quad_col;
-            const float2 dl = *reinterpret_cast<const float2 *>(delta + col);
-            Pa[i / 2] = pack2<Cfg::BF16>(St[i], St[i + 1]);
-            dSa[i / 2] = pack2<Cfg::BF16>(St[i] * (dPt[i] - dl.x), St[i + 1] * (dPt[i + 1] - dl.y));
-        }
-
-        /* dS^T to shared memory (128B-swizzled rows of 64 queries) for dQ,
-         * before dS^T's registers go to the tensor cores (an in-flight wgmma's
-         * A registers may not be read). The buffer alternates per block: the
-         * barrier below, one block ago, ordered its last reader (the dQ of two
-         * blocks ago, waited for by both warpgroups) before this write. */
-        if (Cfg::SPLIT_KEYS || wg == 0) /* at D 256 both hold the same dS^T */
+            for (int i = 0; i < Cfg::BM / 2; i += 2) Pa[i / 2] = pack2<Cfg::BF16>(St[i], St[i + 1]);
+            /* The dP warpgroup read the previous P^T before the last dS^T barrier. */
+            sm90_bwd_store_pairs<Cfg>(pt, Pa, key_row, quad_col);
+            named_bar_sync(BWD_BAR_P_READY, 256);
+            fence_regs<Cfg::DKV_N / 2>(dV);
+            fence_regs<Cfg::BM / 4>(Pa);
+            wgmma_fence();
+            sm90_bwd_issue_rs<Cfg>(dV, Pa, do_addr + cols);
+            wgmma_commit();
+            named_bar_sync(BWD_BAR_DS_READY, 256); /* dS^T written (and made visible to wgmma) */
+            wgmma_wait<0>(); /* dV done: P^T's registers are free for dQ's */
+            fence_regs<Cfg::DKV_N / 2>(dV);
+            fence_regs<Cfg::DKV_N / 2>(dK);
+            fence_regs<Cfg::DQ_N / 2>(dQ);
+            wgmma_fence();
+            /* dK += dS^T Q: A = dS^T K-major (16 queries = 32 bytes a k-step), B = Q MN-major */
 #pragma unroll
-        for (int j = 0; j < Cfg::BM / 4; ++j) {
-            const int r = key_row + 8 * (j % 2), c = 8 * (j / 2) + quad_col; /* register pair 2j: (row, col) */
-            const uint32_t off = (c / 64) * Cfg::DS_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
-            *reinterpret_cast<uint32_t *>(ds + off) = dSa[j];
+            for (int c = 0; c < Cfg::BM / 16; ++c)
+                wgmma_ss_kt<Cfg::DKV_N, Cfg::BF16>(dK, smem_desc_sw128(smem_addr(ds) + c * 32, 16),
+                                                   smem_desc_sw128(q_addr + cols + c * 16 * 128, Cfg::Q_SLAB), 1);
+            sm90_bwd_issue_dq<Cfg>(dQ, smem_addr(ds) + dq_a_off, dq_b);
+            wgmma_commit();
+            wgmma_wait<0>();
+        } else {
+            /* D 256, the dP warpgroup: dP^T = V dO^T, P^T from the S
+             * warpgroup, dS^T; dV's and dK's columns from registers. */
+            const uint8_t *pt = smem + Cfg::OFF_PT;
+            float dPt[Cfg::BM / 2];
+            fence_regs<Cfg::BM / 2>(dPt);
+            wgmma_fence();
+            sm90_bwd_issue_ss<Cfg, Cfg::BM>(dPt, v_addr, do_addr, Cfg::Q_SLAB);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs<Cfg::BM / 2>(dPt);
+            named_bar_sync(BWD_BAR_P_READY, 256);
+#pragma unroll
+            for (int j = 0; j < Cfg::BM / 4; ++j)
+                Pa[j] = *reinterpret_cast<const uint32_t *>(pt + sm90_bwd_tile_off<Cfg>(key_row + 8 * (j % 2), 8 * (j / 2) + quad_col));
+            /* dS^T = P^T (dP^T - Delta), with P^T as the S warpgroup rounded it */
+#pragma unroll
+            for (int i = 0; i < Cfg::BM / 2; i += 2) {
+                const float2 dl = *reinterpret_cast<const float2 *>(delta + 8 * (i / 4) + quad_col);
+                const float2 pr = unpack2<Cfg::BF16>(Pa[i / 2]);
+                dSa[i / 2] = pack2<Cfg::BF16>(pr.x * (dPt[i] - dl.x), pr.y * (dPt[i + 1] - dl.y));
+            }
+            /* One dS^T buffer: the S warpgroup's last reads of it (the previous
+             * block's dK and dQ) finished before it passed the P^T barrier. */
+            sm90_bwd_store_pairs<Cfg>(ds, dSa, key_row, quad_col);
+            fence_proxy_async_smem(); /* generic-proxy writes -> visible to wgmma */
+            named_bar_sync(BWD_BAR_DS_READY, 256);
+            fence_regs<Cfg::DKV_N / 2>(dV);
+            fence_regs<Cfg::DKV_N / 2>(dK);
+            fence_regs<Cfg::BM / 4>(Pa);
+            fence_regs<Cfg::BM / 4>(dSa);
+            wgmma_fence();
+            sm90_bwd_issue_rs<Cfg>(dV, Pa, do_addr + cols);
+            sm90_bwd_issue_rs<Cfg>(dK, dSa, q_addr + cols);
+            wgmma_commit();
+            wgmma_wait<0>(); /* dV, dK done: P^T's and dS^T's registers are free for dQ's */
+            fence_regs<Cfg::DKV_N / 2>(dV);
+            fence_regs<Cfg::DKV_N / 2>(dK);
+            fence_regs<Cfg::DQ_N / 2>(dQ);
+            wgmma_fence();
+            sm90_bwd_issue_dq<Cfg>(dQ, smem_addr(ds) + dq_a_off, dq_b);
+            wgmma_commit();
         }
-        /* dV += P^T dO and dK += dS^T Q, one commit group. */
         fence_regs<Cfg::DKV_N / 2>(dV);
         fence_regs<Cfg::DKV_N / 2>(dK);
-        fence_regs<Cfg::BM / 4>(Pa);
-        fence_regs<Cfg::BM / 4>(dSa);
-        wgmma_fence();
-        const uint32_t cols = (dkv_col0 / 64) * Cfg::Q_SLAB; /* first slab of this warpgroup's columns */
-        sm90_bwd_issue_rs<Cfg>(dV, Pa, do_addr + cols);
-        sm90_bwd_issue_rs<Cfg>(dK, dSa, q_addr + cols);
-        wgmma_commit();
-
-        fence_proxy_async_smem(); /* generic-proxy writes -> visible to wgmma */
-        named_bar_sync(BWD_BAR_DS, 256);
-
-        /* dQ (64 x 64 of it) = dS K: A = dS^T as MN-major (k-step = 16 keys =
-         * 16 rows), B = K as MN-major, both 128B-swizzled [key][64 columns]. */
-        const uint32_t ds_a = smem_addr(ds) + (Cfg::DQ_SPLIT_COLS ? 0 : wg * Cfg::DS_SLAB);
-        const uint32_t k_b = k_addr + (Cfg::DQ_SPLIT_COLS ? wg * (Cfg::DQ_N / 64) * Cfg::KV_SLAB : 0);
-        float dQ[Cfg::DQ_N / 2];
-        fence_regs<Cfg::DQ_N / 2>(dQ);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BN / 16; ++kk)
-            wgmma_ss_tt<Cfg::DQ_N, Cfg::BF16>(dQ, smem_desc_sw128(ds_a + kk * 16 * 128, Cfg::DS_SLAB),
-                                              smem_desc_sw128(k_b + kk * 16 * 128, Cfg::KV_SLAB), kk > 0);
-        wgmma_commit();
-        wgmma_wait<1>(); /* dV, dK done: Q, dO, lse2 and Delta of this stage are free */
-        fence_regs<Cfg::DKV_N / 2>(dV);
-        fence_regs<Cfg::DKV_N / 2>(dK);
-        /* Every thread frees the stage: an arrive releases only the arriving
-         * thread's own reads of lse2 and Delta. */
+        /* Q, dO, lse2 and Delta of this stage are free. Every thread arrives:
+         * an arrive releases only the arriving thread's own reads. */
         mbar_arrive(&rows_empty[stage]);
         wgmma_wait<0>();
         fence_regs<Cfg::DQ_N / 2>(dQ);
-
-        /* dQ * scale into the accumulator; padded rows and columns exist there. */
-        const int q_row0 = m0 + (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64) + warp * 16 + g;
-        const int q_col0 = (Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0) + quad_col;
-        float *acc = p.dq_accum + (((int64_t)b * p.hq + head) * p.sq_pad + q_row0) * Cfg::D + q_col0;
-#pragma unroll
-        for (int i = 0; i < Cfg::DQ_N / 2; i += 2) {
-            const int r = 8 * ((i / 2) % 2), c = 8 * (i / 4);
-            red_add_v2(acc + r * Cfg::D + c, dQ[i] * p.scale, dQ[i + 1] * p.scale);
-        }
+        sm90_bwd_add_dq<Cfg>(p, dQ, b, head, m0 + dq_row, dq_col);
     }
 
     /* dK = scale * sum dS^T Q and dV = sum P^T dO for the keys inside the sequence. */

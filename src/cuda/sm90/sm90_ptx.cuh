@@ -183,4 +183,14 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     }
 }
 
+/* The inverse of pack2: two 16-bit values to floats (lo -> x). */
+template <bool BF16>
+__device__ __forceinline__ float2 unpack2(uint32_t v) {
+    if constexpr (BF16) {
+        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
+    } else {
+        return __half22float2(*reinterpret_cast<__half2 *>(&v));
+    }
+}
+
 #endif /* FA_SM90_PTX_CUH */
