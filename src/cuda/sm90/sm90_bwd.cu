@@ -94,6 +94,22 @@ static int bwd_view_aligned(const fa_view *v) {
     return (uintptr_t)v->data % 16 == 0 && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0;
 }
 
+/* 2-D map over the dQ accumulator: (D padded) columns x (B * Hq * sq_pad)
+ * rows of float32, boxes of 32 columns (128 bytes) x 64 rows, 128B swizzle. */
+static int bwd_make_dq_map(CUtensorMap *map, const fa_problem *p, float *accum) {
+    PFN_cuTensorMapEncodeTiled_v12000 encode = sm90_encode_fn();
+    if (!encode) return 0;
+    const int dpad = bwd_padded_head_dim(p);
+    cuuint64_t gdim[2] = {(cuuint64_t)dpad, (cuuint64_t)bwd_rows(p)};
+    cuuint64_t gstride[1] = {(cuuint64_t)dpad * 4};
+    cuuint32_t box[2] = {32, 64}, estride[2] = {1, 1};
+    if (bwd_rows(p) >= ((size_t)1 << 31)) return 0;
+    /* without a workspace yet, encode over a stand-in address to check the shape */
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, accum ? (void *)accum : (void *)(uintptr_t)1024, gdim,
+                  gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 /* Builds the kernel parameters; 0 if the problem is not TMA-addressable. */
 static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams *k) {
     memset(k, 0, sizeof(*k));
@@ -107,6 +123,7 @@ static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams 
     k->lse2 = (const float *)w;
     k->delta = (const float *)(w ? w + bwd_round(rows * 4) : NULL);
     k->dq_accum = (float *)(w ? w + 2 * bwd_round(rows * 4) : NULL);
+    if (bwd_padded_head_dim(p) <= 128 && !bwd_make_dq_map(&k->tm_dq, p, k->dq_accum)) return 0;
     k->dk = p->dk.data;
     k->dv = p->dv.data;
     k->dk_sb = p->dk.sb;

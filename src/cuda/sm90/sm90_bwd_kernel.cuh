@@ -23,7 +23,8 @@
  *                                         the accumulators, dO / Q MN-major
  *   dQ   = dS K                           SS wgmma with both operands MN-major:
  *                                         dS^T is staged in shared memory
- * and adds dQ into a float32 accumulator with vector reductions. Each
+ * and adds dQ into a float32 accumulator (TMA bulk reductions from shared
+ * memory up to head dim 128, vector reductions at 256). Each
  * warpgroup forms 64 of dQ's rows (head dim 64, BM = 128) or half of its
  * columns (head dims 128 and 256, BM = 64).
  *
@@ -46,6 +47,7 @@
 /* Everything the kernel needs, passed by value as a __grid_constant__. */
 struct Sm90BwdParams {
     CUtensorMap tm_q, tm_k, tm_v, tm_do; /* 4-D (D, S, H, B) maps, 128B swizzle */
+    CUtensorMap tm_dq;                   /* 2-D (D, B*Hq*sq_pad) over dq_accum, boxes 32 x 64, 128B swizzle */
     /* Per (batch, query head, padded row): lse * log2(e) (+inf where a row sees
      * no key or lies past Sq, which makes its P zero) and rowsum(dO * O). */
     const float *lse2, *delta;
@@ -75,6 +77,11 @@ struct Sm90BwdConfig {
     /* dQ per consumer: 64 rows x DQ_N columns; split by rows (D 64) or columns. */
     static constexpr bool DQ_SPLIT_COLS = BM == 64;
     static constexpr int DQ_N = DQ_SPLIT_COLS ? D / 2 : D;
+    /* dQ leaves through shared memory with TMA bulk reductions (64 x 64 per
+     * consumer, as two 32-column boxes) when it fits; at D 256 the shared
+     * memory is full and each thread adds its values with vector reductions. */
+    static constexpr bool DQ_TMA = SPLIT_KEYS;
+    static constexpr int DQ_STAGE = 64 * 64 * 4; /* one consumer's staged dQ */
 
     static constexpr int Q_SLAB = BM * 128;  /* one slab of a Q or dO tile */
     static constexpr int KV_SLAB = BN * 128; /* one slab of K or V */
@@ -93,7 +100,8 @@ struct Sm90BwdConfig {
     static constexpr int DS_BUFS = SPLIT_KEYS ? 2 : 1;
     static constexpr int OFF_DS = OFF_DO + STAGES * Q_BYTES;
     static constexpr int OFF_PT = OFF_DS + DS_BUFS * DS_BYTES;
-    static constexpr int OFF_LSE = OFF_PT + (SPLIT_KEYS ? 0 : DS_BYTES);
+    static constexpr int OFF_DQ = OFF_PT + (SPLIT_KEYS ? 0 : DS_BYTES);
+    static constexpr int OFF_LSE = OFF_DQ + (DQ_TMA ? 2 * DQ_STAGE : 0);
     static constexpr int OFF_DELTA = OFF_LSE + STAGES * ROW_BYTES;
     static constexpr int OFF_BAR = OFF_DELTA + STAGES * ROW_BYTES;
     static constexpr int NUM_BARS = 1 + 2 * STAGES; /* kv_full, rows_full[], rows_empty[] */
@@ -111,7 +119,7 @@ struct Sm90BwdConfig {
 /* Named barriers between the two consumer warpgroups (0 is __syncthreads),
  * each passed by both: both halves of dS^T written; and at D 256, where one
  * warpgroup forms P^T and the other dS^T: P^T written, dS^T written. */
-enum { BWD_BAR_DS = 1, BWD_BAR_P_READY = 2, BWD_BAR_DS_READY = 3 };
+enum { BWD_BAR_DS = 1, BWD_BAR_P_READY = 2, BWD_BAR_DS_READY = 3, BWD_BAR_DQ0 = 4 /* + warpgroup: its dQ staged */ };
 
 /* The query blocks that see some key of a key block, and the work list. */
 struct Sm90BwdWork {
@@ -257,6 +265,29 @@ __device__ __forceinline__ void sm90_bwd_issue_dq(float *dQ, uint32_t ds_a, uint
                                           smem_desc_sw128(k_b + kk * 16 * 128, Cfg::KV_SLAB), kk > 0);
 }
 
+/* dQ * scale into the accumulator through shared memory: this warpgroup's
+ * 64 x 64 block staged as two 128B-swizzled 32-column boxes (conflict-free:
+ * a quad's column pairs share 16-byte chunks, its 8 rows are spread by the
+ * swizzle), then one thread adds both boxes with TMA bulk reductions. The
+ * caller guarantees the previous reduction has finished reading the stage. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_reduce_dq(const Sm90BwdParams &p, const float *dQ, uint8_t *stage, int wg,
+                                                   int tid, int row_in_wg, int quad_col, int64_t acc_row, int acc_col) {
+#pragma unroll
+    for (int i = 0; i < Cfg::DQ_N / 2; i += 2) {
+        const int r = row_in_wg + 8 * ((i / 2) % 2), c = 8 * (i / 4) + quad_col; /* c: 0..63 */
+        const uint32_t off = (c / 32) * (64 * 128) + r * 128 + ((((c % 32) / 4) ^ (r % 8)) * 16) + (c % 4) * 4;
+        *reinterpret_cast<float2 *>(stage + off) = make_float2(dQ[i] * p.scale, dQ[i + 1] * p.scale);
+    }
+    fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
+    named_bar_sync(BWD_BAR_DQ0 + wg, 128);
+    if (tid == 0) {
+        tma_reduce_add_2d(&p.tm_dq, stage, acc_col, (int)acc_row);
+        tma_reduce_add_2d(&p.tm_dq, stage + 64 * 128, acc_col + 32, (int)acc_row);
+        tma_store_commit();
+    }
+}
+
 /* dQ * scale into the accumulator (its padded rows and columns exist). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_add_dq(const Sm90BwdParams &p, const float *dQ, int b, int head, int q_row0,
@@ -306,6 +337,10 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         float dQ[Cfg::DQ_N / 2];
 
         mbar_wait(&rows_full[stage], (k / Cfg::STAGES) & 1);
+        /* The previous block's dQ reduction must have read its stage before
+         * this block's dQ goes there; the dS^T barrier below tells the
+         * warpgroup's other threads. */
+        if (Cfg::DQ_TMA && tid == 0) tma_store_wait_read();
 
         if constexpr (Cfg::SPLIT_KEYS) {
             /* S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys. */
@@ -438,8 +473,14 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         mbar_arrive(&rows_empty[stage]);
         wgmma_wait<0>();
         fence_regs<Cfg::DQ_N / 2>(dQ);
-        sm90_bwd_add_dq<Cfg>(p, dQ, b, head, m0 + dq_row, dq_col);
+        if constexpr (Cfg::DQ_TMA)
+            sm90_bwd_reduce_dq<Cfg>(p, dQ, smem + Cfg::OFF_DQ + wg * Cfg::DQ_STAGE, wg, tid, warp * 16 + g, quad_col,
+                                    ((int64_t)b * p.hq + head) * p.sq_pad + m0 + (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64),
+                                    Cfg::DQ_SPLIT_COLS ? wg * 64 : 0);
+        else
+            sm90_bwd_add_dq<Cfg>(p, dQ, b, head, m0 + dq_row, dq_col);
     }
+    if (Cfg::DQ_TMA && tid == 0) tma_store_wait_all(); /* shared memory must outlive the last reduction */
 
     /* dK = scale * sum dS^T Q and dV = sum P^T dO for the keys inside the sequence. */
 #pragma unroll

@@ -84,6 +84,15 @@ __device__ __forceinline__ void tma_store_4d(const void *map, const void *src, i
         : "memory");
 }
 
+/* Add a 2-D box from shared memory into global memory (float32 add), as
+ * one bulk reduction; committed and waited for like a store. */
+__device__ __forceinline__ void tma_reduce_add_2d(const void *map, const void *src, int c0, int c1) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                     map),
+                 "r"(smem_addr(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 /* Wait until every committed store has finished reading shared memory. */
