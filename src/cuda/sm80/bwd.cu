@@ -29,7 +29,7 @@
 
 #include "philox.h"
 #include "sm80.h"
-#include "smem_limit.cuh"
+#include "../smem_limit.cuh"
 #include "tile.cuh"
 
 #define LOG2E_F 1.4426950408889634f

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../smem_limit.cuh"
 #include "sm90.h"
 #include "sm90_bwd_kernel.cuh"
 #include "sm90_host.cuh"
@@ -25,7 +26,10 @@ template <bool BF16> using Sm90BwdCfgD256 = Sm90BwdConfig<256, 64, BF16>;
 static int bwd_padded_head_dim(const fa_problem *p) { return p->D <= 64 ? 64 : p->D <= 128 ? 128 : 256; }
 static int bwd_block_m(const fa_problem *p) { return bwd_padded_head_dim(p) == 64 ? 128 : 64; }
 static int bwd_block_n(const fa_problem *p) { return bwd_padded_head_dim(p) == 256 ? 64 : 128; }
-static int64_t bwd_sq_pad(const fa_problem *p) { return (p->Sq + bwd_block_m(p) - 1) / bwd_block_m(p) * bwd_block_m(p); }
+/* query rows rounded up to whole blocks */
+static int64_t bwd_sq_pad(const fa_problem *p) {
+    return (p->Sq + bwd_block_m(p) - 1) / bwd_block_m(p) * bwd_block_m(p);
+}
 
 /* Workspace: lse2 and Delta (B, Hq, sq_pad), then the dQ accumulator (B, Hq,
  * sq_pad, D padded), from the first 256-byte boundary of the buffer (a
@@ -95,7 +99,8 @@ static int bwd_view_aligned(const fa_view *v) {
 }
 
 /* 2-D map over the dQ accumulator: (D padded) columns x (B * Hq * sq_pad)
- * rows of float32, boxes of 32 columns (128 bytes) x 64 rows, 128B swizzle. */
+ * rows of float32, boxes of 32 columns (128 bytes) x 64 rows, 128B swizzle.
+ * map NULL: only check the shape. */
 static int bwd_make_dq_map(CUtensorMap *map, const fa_problem *p, float *accum) {
     PFN_cuTensorMapEncodeTiled_v12000 encode = sm90_encode_fn();
     if (!encode) return 0;
@@ -104,26 +109,27 @@ static int bwd_make_dq_map(CUtensorMap *map, const fa_problem *p, float *accum) 
     cuuint64_t gstride[1] = {(cuuint64_t)dpad * 4};
     cuuint32_t box[2] = {32, 64}, estride[2] = {1, 1};
     if (bwd_rows(p) >= ((size_t)1 << 31)) return 0;
-    /* without a workspace yet, encode over a stand-in address to check the shape */
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, accum ? (void *)accum : (void *)(uintptr_t)1024, gdim,
-                  gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+    if (!map) return 1;
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, accum, gdim, gstride, box, estride,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* Builds the kernel parameters; 0 if the problem is not TMA-addressable. */
+/* Builds the kernel parameters; 0 if the problem is not TMA-addressable.
+ * x NULL: only check that (no tensor map is encoded, no workspace yet). */
 static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams *k) {
     memset(k, 0, sizeof(*k));
-    const int bm = bwd_block_m(p);
-    if (!sm90_make_map(&k->tm_q, &p->q, p->dtype, p->B, p->Sq, p->Hq, p->D, bm)) return 0;
-    if (!sm90_make_map(&k->tm_do, &p->dout, p->dtype, p->B, p->Sq, p->Hq, p->D, bm)) return 0;
-    if (!sm90_make_map(&k->tm_k, &p->k, p->dtype, p->B, p->Sk, p->Hk, p->D, bwd_block_n(p))) return 0;
-    if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, p->B, p->Sk, p->Hk, p->D, bwd_block_n(p))) return 0;
+    const int bm = bwd_block_m(p), bn = bwd_block_n(p);
+    if (!sm90_make_map(x ? &k->tm_q : NULL, &p->q, p->dtype, p->B, p->Sq, p->Hq, p->D, bm)) return 0;
+    if (!sm90_make_map(x ? &k->tm_do : NULL, &p->dout, p->dtype, p->B, p->Sq, p->Hq, p->D, bm)) return 0;
+    if (!sm90_make_map(x ? &k->tm_k : NULL, &p->k, p->dtype, p->B, p->Sk, p->Hk, p->D, bn)) return 0;
+    if (!sm90_make_map(x ? &k->tm_v : NULL, &p->v, p->dtype, p->B, p->Sk, p->Hk, p->D, bn)) return 0;
     char *w = x ? (char *)bwd_round((uintptr_t)x->workspace) : NULL;
     const size_t rows = bwd_rows(p);
     k->lse2 = (const float *)w;
     k->delta = (const float *)(w ? w + bwd_round(rows * 4) : NULL);
     k->dq_accum = (float *)(w ? w + 2 * bwd_round(rows * 4) : NULL);
-    if (bwd_padded_head_dim(p) <= 128 && !bwd_make_dq_map(&k->tm_dq, p, k->dq_accum)) return 0;
+    if (bwd_padded_head_dim(p) <= 128 && !bwd_make_dq_map(x ? &k->tm_dq : NULL, p, k->dq_accum)) return 0;
     k->dk = p->dk.data;
     k->dv = p->dv.data;
     k->dk_sb = p->dk.sb;
@@ -168,8 +174,8 @@ extern "C" size_t fa_sm90_bwd_workspace(const fa_problem *p) {
 template <class Cfg, typename T>
 static fa_status bwd_run(const fa_problem *p, const fa_exec *x, const Sm90BwdParams &k) {
     cudaStream_t stream = (cudaStream_t)x->stream;
-    cudaError_t e = cudaFuncSetAttribute(sm90_bwd_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Cfg::SMEM_BYTES);
+    static unsigned long long smem_set = 0; /* devices this instance was configured on */
+    cudaError_t e = smem_limit_once(sm90_bwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e == cudaSuccess) e = cudaMemsetAsync(k.dq_accum, 0, bwd_accum_bytes(p), stream);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 backward: %s", cudaGetErrorString(e));
     const int vec = p->Dv % 8 == 0 && bwd_view_aligned(&p->out) && bwd_view_aligned(&p->dout);
@@ -188,7 +194,8 @@ extern "C" fa_status fa_sm90_bwd(const fa_problem *p, const fa_exec *x) {
     Sm90BwdParams k;
     if (!x->workspace || x->workspace_bytes < fa_sm90_bwd_workspace(p))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 backward: needs %zu bytes of workspace", fa_sm90_bwd_workspace(p));
-    if (!bwd_fill_params(p, x, &k)) return fa_set_error(FA_ERR_INTERNAL, "sm90 backward: problem is not addressable by TMA");
+    if (!bwd_fill_params(p, x, &k))
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 backward: problem is not addressable by TMA");
     const int d = bwd_padded_head_dim(p);
     if (p->dtype == FA_BF16) {
         if (d == 64) return bwd_run<Sm90BwdCfgD64<true>, __nv_bfloat16>(p, x, k);

@@ -178,9 +178,9 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_
         mbar_arrive_expect_tx(full, Cfg::STAGE_TX);
         const int row0 = m_block * Cfg::BM;
         for (int s = 0; s < Cfg::SLABS; ++s) {
-            tma_load_4d(smem + Cfg::OFF_Q + stage * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, full, s * 64, row0, head, b);
-            tma_load_4d(smem + Cfg::OFF_DO + stage * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_do, full, s * 64, row0, head,
-                        b);
+            const int slab = stage * Cfg::Q_BYTES + s * Cfg::Q_SLAB;
+            tma_load_4d(smem + Cfg::OFF_Q + slab, &p.tm_q, full, s * 64, row0, head, b);
+            tma_load_4d(smem + Cfg::OFF_DO + slab, &p.tm_do, full, s * 64, row0, head, b);
         }
         const int64_t rows = ((int64_t)b * p.hq + head) * p.sq_pad + row0; /* padded: whole blocks exist */
         bulk_load(smem + Cfg::OFF_LSE + stage * Cfg::ROW_BYTES, p.lse2 + rows, Cfg::ROW_BYTES, full);
@@ -224,12 +224,18 @@ __device__ __forceinline__ uint32_t sm90_bwd_tile_off(int r, int c) {
     return (c / 64) * Cfg::DS_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
 }
 
-/* Packed pairs (register pair 2j of a 64 x BM accumulator) to such a tile. */
+/* Offset of this thread's register pair 2j of a 64 x BM accumulator in such a tile. */
+template <class Cfg>
+__device__ __forceinline__ uint32_t sm90_bwd_pair_off(int j, int key_row, int quad_col) {
+    return sm90_bwd_tile_off<Cfg>(key_row + 8 * (j % 2), 8 * (j / 2) + quad_col);
+}
+
+/* Packed pairs (16-bit values of such an accumulator) to the tile. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_store_pairs(uint8_t *tile, const uint32_t *pairs, int key_row, int quad_col) {
 #pragma unroll
     for (int j = 0; j < Cfg::BM / 4; ++j)
-        *reinterpret_cast<uint32_t *>(tile + sm90_bwd_tile_off<Cfg>(key_row + 8 * (j % 2), 8 * (j / 2) + quad_col)) = pairs[j];
+        *reinterpret_cast<uint32_t *>(tile + sm90_bwd_pair_off<Cfg>(j, key_row, quad_col)) = pairs[j];
 }
 
 /* P^T = exp2(S^T scale log2(e) - lse2) in place, with the mask. Rows past Sq
@@ -437,7 +443,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             named_bar_sync(BWD_BAR_P_READY, 256);
 #pragma unroll
             for (int j = 0; j < Cfg::BM / 4; ++j)
-                Pa[j] = *reinterpret_cast<const uint32_t *>(pt + sm90_bwd_tile_off<Cfg>(key_row + 8 * (j % 2), 8 * (j / 2) + quad_col));
+                Pa[j] = *reinterpret_cast<const uint32_t *>(pt + sm90_bwd_pair_off<Cfg>(j, key_row, quad_col));
             /* dS^T = P^T (dP^T - Delta), with P^T as the S warpgroup rounded it */
 #pragma unroll
             for (int i = 0; i < Cfg::BM / 2; i += 2) {

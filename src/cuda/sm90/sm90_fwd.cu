@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../smem_limit.cuh"
 #include "sm90.h"
 #include "sm90_fwd_kernel.cuh"
 #include "sm90_host.cuh"
@@ -50,9 +51,9 @@ static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
 }
 
 /* Builds every field of the kernel parameters; 0 if the problem is not
- * TMA-addressable. vt: the e4m3 V^T buffer (NULL: only check that the
- * problem is addressable; the map is then built over a stand-in address). */
-static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt) {
+ * TMA-addressable. encode = 0: only check that (no tensor map is encoded).
+ * vt: the e4m3 V^T buffer (a stand-in address when only checking). */
+static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int encode) {
     memset(k, 0, sizeof(*k));
     const int64_t D = p->D;
     /* Varlen: the maps span the packed rows as one batch; each tile adds its
@@ -60,24 +61,24 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt) {
     const int varlen = p->cu_seqlens_q != NULL;
     const int64_t map_b = varlen ? 1 : p->B;
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
-    if (!sm90_make_map(&k->tm_q, &p->q, p->dtype, map_b, rows_q, p->Hq, D, sm90_block_m(p))) return 0;
-    if (!sm90_make_map(&k->tm_k, &p->k, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) return 0;
+    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, sm90_block_m(p))) return 0;
+    if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) return 0;
     if (p->dtype == FA_F8_E4M3) {
         /* V^T (B, Hk, D, keys): the map's "rows" are head-dim rows, its "columns" keys */
         const int64_t keys = sm90_fp8_vt_keys(p);
         fa_view vt_view = {vt ? vt : (void *)(uintptr_t)1024, p->Hk * D * keys, keys, D * keys};
         /* whole 128-row boxes: rows past D are zero-filled and count towards
          * the transaction bytes the producer expects (KV_BYTES) */
-        if (!sm90_make_map(&k->tm_v, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, 128)) return 0;
+        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, 128)) return 0;
         k->q_descale = p->q_descale;
         k->k_descale = p->k_descale;
         k->v_descale = p->v_descale;
-    } else if (!sm90_make_map(&k->tm_v, &p->v, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) {
+    } else if (!sm90_make_map(encode ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) {
         return 0;
     }
     /* the output is bf16 for e4m3 inputs */
     const fa_dtype out_dt = p->dtype == FA_F8_E4M3 ? FA_BF16 : p->dtype;
-    if (!sm90_make_map(&k->tm_o, &p->out, out_dt, map_b, rows_q, p->Hq, D, 64)) return 0;
+    if (!sm90_make_map(encode ? &k->tm_o : NULL, &p->out, out_dt, map_b, rows_q, p->Hq, D, 64)) return 0;
     k->cu_seqlens_q = p->cu_seqlens_q;
     k->cu_seqlens_k = p->cu_seqlens_k;
     if (((uintptr_t)p->out.data) % 16) return 0;
@@ -140,7 +141,7 @@ extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
     if (p->B < 1 || p->Sq < 1 || p->Sk < 1 || p->Sq >= ((int64_t)1 << 30) || p->Sk >= ((int64_t)1 << 30)) return 0;
     if (p->Hq > 65535 || p->Hq % p->Hk) return 0;
     Sm90FwdParams k;
-    return sm90_fill_params(p, &k, NULL);
+    return sm90_fill_params(p, &k, NULL, 0);
 }
 
 extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
@@ -180,8 +181,8 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
 
 template <class Cfg>
 static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
-    cudaError_t e = cudaFuncSetAttribute(sm90_fwd_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Cfg::SMEM_BYTES);
+    static unsigned long long smem_set = 0; /* devices this instance was configured on */
+    cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
     int grid = sm90_num_sms(x->device_index);
     if (grid > k.num_tiles) grid = k.num_tiles;
@@ -208,7 +209,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     const int fp8 = p->dtype == FA_F8_E4M3;
     if (fp8 && (!x->workspace || x->workspace_bytes < sm90_fp8_vt_bytes(p)))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: float8 needs %zu bytes of workspace", sm90_fp8_vt_bytes(p));
-    if (!sm90_fill_params(p, &k, fp8 ? x->workspace : NULL))
+    if (!sm90_fill_params(p, &k, fp8 ? x->workspace : NULL, 1))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: problem is not addressable by TMA");
     if (k.num_tiles == 0) return FA_OK;
     if (fp8) {

@@ -33,9 +33,11 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
 
 /* 4-D map over a (B, S, H, D) view (strides in elements), boxes of 128
  * bytes (one swizzle span: 64 16-bit or 128 8-bit columns) x box_rows rows.
- * Returns 0 if TMA cannot address the view (alignment, stride limits). */
+ * Returns 0 if TMA cannot address the view (alignment, stride limits). With
+ * map NULL it only checks that (the "does this kernel take the problem"
+ * questions): encoding is a driver call, done once, when launching. */
 static inline int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt, int64_t B, int64_t S, int64_t H,
-                         int64_t D, int box_rows) {
+                                int64_t D, int box_rows) {
     PFN_cuTensorMapEncodeTiled_v12000 encode = sm90_encode_fn();
     if (!encode) return 0;
     const int64_t es = dt == FA_F8_E4M3 ? 1 : 2;
@@ -58,6 +60,7 @@ static inline int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt,
         if (strides[i] <= 0 || strides[i] % 16 || strides[i] >= ((int64_t)1 << 40)) return 0;
         gstride[i] = (cuuint64_t)strides[i];
     }
+    if (!map) return 1;
     cuuint32_t box[4] = {(cuuint32_t)(128 / es), (cuuint32_t)box_rows, 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
     CUtensorMapDataType type = dt == FA_BF16    ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16

@@ -3,8 +3,8 @@
  * device. The call is a driver round trip, so each launcher remembers, per
  * device, that it has done it (concurrent first calls just repeat it).
  */
-#ifndef FA_SM80_SMEM_LIMIT_CUH
-#define FA_SM80_SMEM_LIMIT_CUH
+#ifndef FA_CUDA_SMEM_LIMIT_CUH
+#define FA_CUDA_SMEM_LIMIT_CUH
 
 #include <cuda_runtime.h>
 
@@ -17,4 +17,4 @@ static cudaError_t smem_limit_once(Kernel kernel, size_t bytes, int device, unsi
     return e;
 }
 
-#endif /* FA_SM80_SMEM_LIMIT_CUH */
+#endif /* FA_CUDA_SMEM_LIMIT_CUH */
