@@ -23,14 +23,19 @@ def acc_operands(n):
     return ",\n".join(lines)
 
 
-def ss(n, name, ptx):
+def ss(n, name, ptx, trans_a=0, trans_b=0):
+    """Both operands from shared memory; trans_x = 1: that operand is stored
+    MN-major (its k dimension as rows), the wgmma transpose immediate."""
     na = n // 2
-    return f'''/* D(64x{n}) (+)= A(64x16, smem, K-major) * B({n}x16, smem, K-major)^T */
-__device__ __forceinline__ void wgmma_ss_m64n{n}_{name}(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {{
+    major = lambda t: "MN-major" if t else "K-major"
+    b_shape = f"B(16x{n}, smem, {major(trans_b)})" if trans_b else f"B({n}x16, smem, K-major)^T"
+    kind = {(0, 0): "ss", (1, 1): "ss_tt", (0, 1): "ss_kt"}[(trans_a, trans_b)]
+    return f'''/* D(64x{n}) (+)= A(64x16, smem, {major(trans_a)}) * {b_shape} */
+__device__ __forceinline__ void wgmma_{kind}_m64n{n}_{name}(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{na + 2}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
-        "{{{regs(na, 0)}}}, %{na}, %{na + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+        "{{{regs(na, 0)}}}, %{na}, %{na + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
         : {acc_operands(na).strip()}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
@@ -47,35 +52,6 @@ __device__ __forceinline__ void wgmma_rs_m64n{n}_{name}(float *d, const uint32_t
         "{{{regs(na, 0)}}}, {{%{na}, %{na + 1}, %{na + 2}, %{na + 3}}}, %{na + 4}, p, 1, 1, 1;\\n}}\\n"
         : {acc_operands(na).strip()}
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}}
-'''
-
-
-def ss_tt(n, name, ptx):
-    na = n // 2
-    return f'''/* D(64x{n}) (+)= A(64x16, smem, MN-major) * B(16x{n}, smem, MN-major): both
- * operands stored with the k dimension as rows (the transpose immediates) */
-__device__ __forceinline__ void wgmma_ss_tt_m64n{n}_{name}(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{na + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
-        "{{{regs(na, 0)}}}, %{na}, %{na + 1}, p, 1, 1, 1, 1;\\n}}\\n"
-        : {acc_operands(na).strip()}
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}}
-'''
-
-
-def ss_kt(n, name, ptx):
-    na = n // 2
-    return f'''/* D(64x{n}) (+)= A(64x16, smem, K-major) * B(16x{n}, smem, MN-major) */
-__device__ __forceinline__ void wgmma_ss_kt_m64n{n}_{name}(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{na + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
-        "{{{regs(na, 0)}}}, %{na}, %{na + 1}, p, 1, 1, 0, 1;\\n}}\\n"
-        : {acc_operands(na).strip()}
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
 '''
 
@@ -179,9 +155,9 @@ def main():
         for n in RS_N:
             out.append(rs(n, name, ptx))
         for n in SS_TT_N:
-            out.append(ss_tt(n, name, ptx))
+            out.append(ss(n, name, ptx, 1, 1))
         for n in SS_KT_N:
-            out.append(ss_kt(n, name, ptx))
+            out.append(ss(n, name, ptx, 0, 1))
     for n in FP8_SS_N:
         out.append(ss_fp8(n))
     for n in FP8_RS_N:

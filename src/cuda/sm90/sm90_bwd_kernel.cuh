@@ -24,9 +24,9 @@
  *   dQ   = dS K                           SS wgmma with both operands MN-major:
  *                                         dS^T is staged in shared memory
  * and adds dQ into a float32 accumulator (TMA bulk reductions from shared
- * memory up to head dim 128, vector reductions at 256). Each
- * warpgroup forms 64 of dQ's rows (head dim 64, BM = 128) or half of its
- * columns (head dims 128 and 256, BM = 64).
+ * memory up to head dim 128, vector reductions at 256). Each warpgroup forms
+ * 64 of dQ's rows (head dim 64, BM = 128) or half of its columns (head dims
+ * 128 and 256, BM = 64).
  *
  * Accumulator layout (wgmma m64nN, f32), thread t of the warpgroup, warp
  * w = t/32, g = (t%32)/4, q = t%4: register i holds
@@ -217,6 +217,21 @@ __device__ __forceinline__ void sm90_bwd_issue_rs(float *acc, const uint32_t *a,
         wgmma_rs<Cfg::DKV_N, Cfg::BF16, false>(acc, a + 4 * c, smem_desc_sw128(b_addr + c * 16 * 128, Cfg::Q_SLAB), 1);
 }
 
+/* dV += P^T dO and dK += dS^T Q with P^T, dS^T from registers (one commit
+ * group); do_cols / q_cols: the first slab of this warpgroup's columns. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_bwd_issue_dv_dk(float *dV, float *dK, uint32_t *Pa, uint32_t *dSa,
+                                                     uint32_t do_cols, uint32_t q_cols) {
+    fence_regs<Cfg::DKV_N / 2>(dV);
+    fence_regs<Cfg::DKV_N / 2>(dK);
+    fence_regs<Cfg::BM / 4>(Pa);
+    fence_regs<Cfg::BM / 4>(dSa);
+    wgmma_fence();
+    sm90_bwd_issue_rs<Cfg>(dV, Pa, do_cols);
+    sm90_bwd_issue_rs<Cfg>(dK, dSa, q_cols);
+    wgmma_commit();
+}
+
 /* Byte offset of element (key r, query c) in a [query slab][key][64 queries]
  * 128B-swizzled tile (dS^T, P^T): the 16-byte chunk index XOR (r mod 8). */
 template <class Cfg>
@@ -376,15 +391,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
              * ago, ordered its last reader (the dQ of two blocks ago, waited
              * for by both warpgroups) before this write. */
             sm90_bwd_store_pairs<Cfg>(ds, dSa, key_row, quad_col);
-            /* dV += P^T dO and dK += dS^T Q, one commit group. */
-            fence_regs<Cfg::DKV_N / 2>(dV);
-            fence_regs<Cfg::DKV_N / 2>(dK);
-            fence_regs<Cfg::BM / 4>(Pa);
-            fence_regs<Cfg::BM / 4>(dSa);
-            wgmma_fence();
-            sm90_bwd_issue_rs<Cfg>(dV, Pa, do_addr + cols);
-            sm90_bwd_issue_rs<Cfg>(dK, dSa, q_addr + cols);
-            wgmma_commit();
+            sm90_bwd_issue_dv_dk<Cfg>(dV, dK, Pa, dSa, do_addr + cols, q_addr + cols);
             fence_proxy_async_smem(); /* generic-proxy writes -> visible to wgmma */
             named_bar_sync(BWD_BAR_DS, 256); /* both halves of dS^T written */
             fence_regs<Cfg::DQ_N / 2>(dQ);
@@ -456,14 +463,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             sm90_bwd_store_pairs<Cfg>(ds, dSa, key_row, quad_col);
             fence_proxy_async_smem(); /* generic-proxy writes -> visible to wgmma */
             named_bar_sync(BWD_BAR_DS_READY, 256);
-            fence_regs<Cfg::DKV_N / 2>(dV);
-            fence_regs<Cfg::DKV_N / 2>(dK);
-            fence_regs<Cfg::BM / 4>(Pa);
-            fence_regs<Cfg::BM / 4>(dSa);
-            wgmma_fence();
-            sm90_bwd_issue_rs<Cfg>(dV, Pa, do_addr + cols);
-            sm90_bwd_issue_rs<Cfg>(dK, dSa, q_addr + cols);
-            wgmma_commit();
+            sm90_bwd_issue_dv_dk<Cfg>(dV, dK, Pa, dSa, do_addr + cols, q_addr + cols);
             wgmma_wait<0>(); /* dV, dK done: P^T's and dS^T's registers are free for dQ's */
             fence_regs<Cfg::DKV_N / 2>(dV);
             fence_regs<Cfg::DKV_N / 2>(dK);

@@ -95,8 +95,7 @@ __device__ __forceinline__ void wgmma_rs_m64n256_bf16(float *d, const uint32_t *
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-/* D(64x64) (+)= A(64x16, smem, MN-major) * B(16x64, smem, MN-major): both
- * operands stored with the k dimension as rows (the transpose immediates) */
+/* D(64x64) (+)= A(64x16, smem, MN-major) * B(16x64, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n64_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -109,8 +108,7 @@ __device__ __forceinline__ void wgmma_ss_tt_m64n64_bf16(float *d, uint64_t desc_
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-/* D(64x128) (+)= A(64x16, smem, MN-major) * B(16x128, smem, MN-major): both
- * operands stored with the k dimension as rows (the transpose immediates) */
+/* D(64x128) (+)= A(64x16, smem, MN-major) * B(16x128, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n128_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -229,8 +227,7 @@ __device__ __forceinline__ void wgmma_rs_m64n256_f16(float *d, const uint32_t *a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-/* D(64x64) (+)= A(64x16, smem, MN-major) * B(16x64, smem, MN-major): both
- * operands stored with the k dimension as rows (the transpose immediates) */
+/* D(64x64) (+)= A(64x16, smem, MN-major) * B(16x64, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n64_f16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -243,8 +240,7 @@ __device__ __forceinline__ void wgmma_ss_tt_m64n64_f16(float *d, uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-/* D(64x128) (+)= A(64x16, smem, MN-major) * B(16x128, smem, MN-major): both
- * operands stored with the k dimension as rows (the transpose immediates) */
+/* D(64x128) (+)= A(64x16, smem, MN-major) * B(16x128, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n128_f16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
