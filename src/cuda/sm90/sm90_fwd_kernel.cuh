@@ -502,6 +502,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             prev_parity = parity;
         }
 
+        /* Q's last reader, the tile's last S GEMM, has completed: free Q for
+         * the next tile's load while this P V and the epilogue run (unless O
+         * is staged in Q's buffer). */
+        if (!Cfg::O_IN_Q && tid == 0) mbar_arrive(q_empty);
+
         /* Last P V. */
         mbar_wait(&v_full[prev_stage], prev_parity);
         named_bar_sync(my_turn, TURN_THREADS);
@@ -509,10 +514,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         named_bar_arrive(next_turn, TURN_THREADS);
         wgmma_wait<0>();
         fence_regs<Cfg::D / 2>(O);
-        if (tid == 0) {
-            mbar_arrive(&v_empty[prev_stage]);
-            if (!Cfg::O_IN_Q) mbar_arrive(q_empty); /* Q no longer read by this warpgroup */
-        }
+        if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
         ++tile_iter;
 
         /* ---- epilogue: normalise, log-sum-exp, stage O, TMA store ---- */
