@@ -5,8 +5,8 @@
  *               so the main kernel copies them with aligned bulk copies;
  *   main        sm90_bwd_kernel.cuh (dK, dV, and dQ into a float32 accumulator);
  *   convert     dq = the accumulator, in the storage type.
- * Problems the kernel does not take (varlen, D != Dv, dropout, ALiBi,
- * softcap, the deterministic mode) go to the portable backward.
+ * Problems the kernel does not take (D != Dv, dropout, ALiBi, softcap, the
+ * deterministic mode, KV caches) go to the portable backward.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -54,7 +54,7 @@ __global__ void sm90_bwd_preprocess(const __grid_constant__ fa_problem p, float 
     const int h = blockIdx.y, b = blockIdx.z;
     if (i >= sq_pad) return;
     const int64_t slot = ((int64_t)b * p.Hq + h) * sq_pad + i;
-    if (i >= p.Sq) { /* padding rows: P = 0 */
+    if (i >= fa_seqlen_q(&p, b)) { /* padding rows (and a varlen sequence's rows past its end): P = 0 */
         if (lane == 0) { lse2[slot] = INFINITY; delta[slot] = 0.f; }
         return;
     }
@@ -86,7 +86,7 @@ template <typename T>
 __global__ void sm90_bwd_convert(const __grid_constant__ fa_problem p, const float *dq_accum, int sq_pad, int dpad) {
     const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int h = blockIdx.y, b = blockIdx.z;
-    if (i >= p.Sq) return;
+    if (i >= fa_seqlen_q(&p, b)) return; /* also rows past Sq: seqlen_q <= Sq */
     const float *src = dq_accum + (((int64_t)b * p.Hq + h) * sq_pad + i) * dpad;
     T *dst = (T *)p.dq.data + fa_q_offset(&p, &p.dq, b, i, h);
     for (int d = lane; d < p.D; d += 32) elem_store(dst + d, src[d]);
@@ -120,10 +120,15 @@ static int bwd_make_dq_map(CUtensorMap *map, const fa_problem *p, float *accum) 
 static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams *k) {
     memset(k, 0, sizeof(*k));
     const int bm = bwd_block_m(p), bn = bwd_block_n(p);
-    if (!sm90_make_map(x ? &k->tm_q : NULL, &p->q, p->dtype, p->B, p->Sq, p->Hq, p->D, bm)) return 0;
-    if (!sm90_make_map(x ? &k->tm_do : NULL, &p->dout, p->dtype, p->B, p->Sq, p->Hq, p->D, bm)) return 0;
-    if (!sm90_make_map(x ? &k->tm_k : NULL, &p->k, p->dtype, p->B, p->Sk, p->Hk, p->D, bn)) return 0;
-    if (!sm90_make_map(x ? &k->tm_v : NULL, &p->v, p->dtype, p->B, p->Sk, p->Hk, p->D, bn)) return 0;
+    /* Varlen: the maps span the packed rows as one batch; each CTA adds its
+     * sequence's first row to the row coordinate. */
+    const int varlen = p->cu_seqlens_q != NULL;
+    const int64_t map_b = varlen ? 1 : p->B;
+    const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
+    if (!sm90_make_map(x ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, p->D, bm)) return 0;
+    if (!sm90_make_map(x ? &k->tm_do : NULL, &p->dout, p->dtype, map_b, rows_q, p->Hq, p->D, bm)) return 0;
+    if (!sm90_make_map(x ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, p->D, bn)) return 0;
+    if (!sm90_make_map(x ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, p->D, bn)) return 0;
     char *w = x ? (char *)bwd_round((uintptr_t)x->workspace) : NULL;
     const size_t rows = bwd_rows(p);
     k->lse2 = (const float *)w;
@@ -145,7 +150,9 @@ static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams 
     k->hk = (int)p->Hk;
     k->q_per_kv = (int)(p->Hq / p->Hk);
     k->head_dim = (int)p->D;
-    k->diag_off = fa_diag_offset(p, p->Sq, p->Sk);
+    k->cu_seqlens_q = p->cu_seqlens_q;
+    k->cu_seqlens_k = p->cu_seqlens_k;
+    k->top_left = p->top_left;
     k->window_left = p->window_left;
     k->window_right = p->window_right;
     k->scale = p->scale;
@@ -156,7 +163,12 @@ static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams 
 extern "C" int fa_sm90_bwd_supports(const fa_problem *p) {
     if (p->dtype != FA_BF16 && p->dtype != FA_F16) return 0;
     if (p->D != p->Dv || p->D % 8 || p->D < 8 || p->D > 256) return 0;
-    if (p->cu_seqlens_q || p->cu_seqlens_k || p->seqlens_k || p->block_table || p->k_new.data) return 0;
+    if (p->seqlens_k || p->block_table || p->k_new.data) return 0;
+    if (!p->cu_seqlens_q != !p->cu_seqlens_k) return 0;
+    /* varlen: packed row coordinates (first row + offset in the sequence) stay in int */
+    if (p->cu_seqlens_q && (p->total_q < 1 || p->total_k < 1 || p->total_q >= ((int64_t)1 << 30) ||
+                            p->total_k >= ((int64_t)1 << 30)))
+        return 0;
     if (p->alibi || p->dropout_p != 0.f || p->softcap > 0.f || p->deterministic) return 0;
     if (p->B < 1 || p->B > 65535 || p->Hk > 65535 || p->Hq % p->Hk) return 0;
     if (p->Sq < 1 || p->Sk < 1 || p->Sq >= ((int64_t)1 << 30) || p->Sk >= ((int64_t)1 << 30)) return 0;

@@ -54,8 +54,11 @@ struct Sm90BwdParams {
     float *dq_accum;                     /* (B, Hq, sq_pad, D) float32, already scaled */
     void *dk, *dv;                       /* outputs in the storage type */
     int64_t dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh; /* elements */
-    int sq, sk, sq_pad, hq, hk, q_per_kv, head_dim;
-    int64_t diag_off;                    /* key j is on query i's diagonal when j == i + diag_off */
+    int sq, sk, sq_pad, hq, hk, q_per_kv, head_dim; /* sq, sk: the lengths (varlen: maxima) */
+    /* Varlen: first packed row of each sequence (B + 1 entries, device memory);
+     * NULL for batched problems. The maps then span the packed rows (B = 1). */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    int top_left;                        /* diagonal alignment: 0, else Sk - Sq of each sequence */
     int64_t window_left, window_right;   /* relative to the diagonal; FA_UNBOUNDED-sized when open */
     float scale, scale_log2;             /* softmax scale, and times log2(e) */
 };
@@ -121,6 +124,32 @@ struct Sm90BwdConfig {
  * warpgroup forms P^T and the other dS^T: P^T written, dS^T written. */
 enum { BWD_BAR_DS = 1, BWD_BAR_P_READY = 2, BWD_BAR_DS_READY = 3, BWD_BAR_DQ0 = 4 /* + warpgroup: its dQ staged */ };
 
+/* One sequence of the batch: its lengths and where its rows start. */
+struct Sm90BwdSeq {
+    int seq_q, seq_k;   /* this sequence's lengths */
+    int q_row0, k_row0; /* its first row in the maps' row dimension (0 when batched) */
+    int map_b;          /* its coordinate in the maps' batch dimension (0 for varlen) */
+    int diag;           /* key j is on query i's diagonal when j == i + diag */
+};
+
+__device__ __forceinline__ Sm90BwdSeq sm90_bwd_seq(const Sm90BwdParams &p, int b) {
+    Sm90BwdSeq s;
+    if (p.cu_seqlens_q) {
+        s.q_row0 = __ldg(&p.cu_seqlens_q[b]);
+        s.k_row0 = __ldg(&p.cu_seqlens_k[b]);
+        s.seq_q = __ldg(&p.cu_seqlens_q[b + 1]) - s.q_row0;
+        s.seq_k = __ldg(&p.cu_seqlens_k[b + 1]) - s.k_row0;
+        s.map_b = 0;
+    } else {
+        s.q_row0 = s.k_row0 = 0;
+        s.seq_q = p.sq;
+        s.seq_k = p.sk;
+        s.map_b = b;
+    }
+    s.diag = p.top_left ? 0 : s.seq_k - s.seq_q;
+    return s;
+}
+
 /* The query blocks that see some key of a key block, and the work list. */
 struct Sm90BwdWork {
     int n0;          /* first key of the block */
@@ -129,17 +158,18 @@ struct Sm90BwdWork {
 };
 
 template <class Cfg>
-__device__ __forceinline__ Sm90BwdWork sm90_bwd_work(const Sm90BwdParams &p, int n_block) {
+__device__ __forceinline__ Sm90BwdWork sm90_bwd_work(const Sm90BwdParams &p, const Sm90BwdSeq &s, int n_block) {
     Sm90BwdWork w;
     w.n0 = n_block * Cfg::BN;
-    const int64_t n1 = min(w.n0 + Cfg::BN, p.sk);
+    const int64_t n1 = min(w.n0 + Cfg::BN, s.seq_k);
     /* key j is visible from query i when i + diag - wl <= j <= i + diag + wr */
-    int64_t i_begin = (int64_t)w.n0 - p.diag_off - p.window_right;
-    int64_t i_end = n1 - p.diag_off + p.window_left; /* exclusive */
+    int64_t i_begin = (int64_t)w.n0 - s.diag - p.window_right;
+    int64_t i_end = n1 - s.diag + p.window_left; /* exclusive */
     i_begin = max(i_begin, (int64_t)0);
-    i_end = min(i_end, (int64_t)p.sq);
+    i_end = min(i_end, (int64_t)s.seq_q);
     w.m_lo = (int)(i_begin / Cfg::BM);
-    w.count = i_end > i_begin ? (int)((i_end + Cfg::BM - 1) / Cfg::BM) - w.m_lo : 0;
+    /* a varlen sequence shorter than the longest has no keys in its last blocks */
+    w.count = i_end > i_begin && w.n0 < s.seq_k ? (int)((i_end + Cfg::BM - 1) / Cfg::BM) - w.m_lo : 0;
     w.total = w.count * p.q_per_kv;
     return w;
 }
@@ -159,14 +189,17 @@ template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_t *smem, uint64_t *bars) {
     uint64_t *kv_full = bars, *rows_full = bars + 1, *rows_empty = bars + 1 + Cfg::STAGES;
     const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-    const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, n_block);
+    const Sm90BwdSeq sq = sm90_bwd_seq(p, b);
+    const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, sq, n_block);
     if (w.total == 0) return; /* the consumers write zeros and wait for nothing */
     tma_prefetch_map(&p.tm_q);
     tma_prefetch_map(&p.tm_do);
     mbar_arrive_expect_tx(kv_full, 2 * Cfg::KV_BYTES);
     for (int s = 0; s < Cfg::SLABS; ++s) {
-        tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_SLAB, &p.tm_k, kv_full, s * 64, w.n0, hk, b);
-        tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_SLAB, &p.tm_v, kv_full, s * 64, w.n0, hk, b);
+        /* varlen: a block crossing the sequence end also brings the next
+         * sequence's first keys; the consumers mask them */
+        tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_SLAB, &p.tm_k, kv_full, s * 64, sq.k_row0 + w.n0, hk, sq.map_b);
+        tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_SLAB, &p.tm_v, kv_full, s * 64, sq.k_row0 + w.n0, hk, sq.map_b);
     }
     for (int k = 0; k < w.total; ++k) {
         int head, m_block;
@@ -179,8 +212,9 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_
         const int row0 = m_block * Cfg::BM;
         for (int s = 0; s < Cfg::SLABS; ++s) {
             const int slab = stage * Cfg::Q_BYTES + s * Cfg::Q_SLAB;
-            tma_load_4d(smem + Cfg::OFF_Q + slab, &p.tm_q, full, s * 64, row0, head, b);
-            tma_load_4d(smem + Cfg::OFF_DO + slab, &p.tm_do, full, s * 64, row0, head, b);
+            /* rows past the sequence end have lse2 = +inf: their P is 0 */
+            tma_load_4d(smem + Cfg::OFF_Q + slab, &p.tm_q, full, s * 64, sq.q_row0 + row0, head, sq.map_b);
+            tma_load_4d(smem + Cfg::OFF_DO + slab, &p.tm_do, full, s * 64, sq.q_row0 + row0, head, sq.map_b);
         }
         const int64_t rows = ((int64_t)b * p.hq + head) * p.sq_pad + row0; /* padded: whole blocks exist */
         bulk_load(smem + Cfg::OFF_LSE + stage * Cfg::ROW_BYTES, p.lse2 + rows, Cfg::ROW_BYTES, full);
@@ -253,25 +287,25 @@ __device__ __forceinline__ void sm90_bwd_store_pairs(uint8_t *tile, const uint32
         *reinterpret_cast<uint32_t *>(tile + sm90_bwd_pair_off<Cfg>(j, key_row, quad_col)) = pairs[j];
 }
 
-/* P^T = exp2(S^T scale log2(e) - lse2) in place, with the mask. Rows past Sq
- * have lse2 = +inf (P = 0); keys past Sk were zero-filled, meet zero rows of
- * K in dQ and are never stored, so only a window or causal mask needs
- * per-element work. */
+/* P^T = exp2(S^T scale log2(e) - lse2) in place, with the mask. Rows past
+ * the sequence end have lse2 = +inf (P = 0); keys past it are hidden here
+ * (batched: TMA's zeros; varlen: the next sequence's keys). */
 template <class Cfg>
-__device__ __forceinline__ void sm90_bwd_probs(float *St, const float *lse2, const Sm90BwdParams &p, int n0, int m0,
-                                               int key_row, int quad_col) {
+__device__ __forceinline__ void sm90_bwd_probs(float *St, const float *lse2, const Sm90BwdParams &p,
+                                               const Sm90BwdSeq &sq, int n0, int m0, int key_row, int quad_col) {
 #pragma unroll
     for (int i = 0; i < Cfg::BM / 2; i += 2) {
         const float2 l2 = *reinterpret_cast<const float2 *>(lse2 + 8 * (i / 4) + quad_col);
         St[i] = fast_exp2(fmaf(St[i], p.scale_log2, -l2.x));
         St[i + 1] = fast_exp2(fmaf(St[i + 1], p.scale_log2, -l2.y));
     }
-    const int64_t d_lo = p.diag_off - p.window_left, d_hi = p.diag_off + p.window_right; /* of key - query */
-    if ((int64_t)n0 - (m0 + Cfg::BM - 1) < d_lo || (int64_t)n0 + Cfg::BN - 1 - m0 > d_hi) {
+    const int64_t d_lo = sq.diag - p.window_left, d_hi = sq.diag + p.window_right; /* of key - query */
+    if ((int64_t)n0 - (m0 + Cfg::BM - 1) < d_lo || (int64_t)n0 + Cfg::BN - 1 - m0 > d_hi || n0 + Cfg::BN > sq.seq_k) {
 #pragma unroll
         for (int i = 0; i < Cfg::BM / 2; ++i) {
-            const int64_t rel = (int64_t)(n0 + key_row + 8 * ((i / 2) % 2)) - (m0 + 8 * (i / 4) + quad_col + (i % 2));
-            if (rel < d_lo || rel > d_hi) St[i] = 0.f;
+            const int key = n0 + key_row + 8 * ((i / 2) % 2);
+            const int64_t rel = (int64_t)key - (m0 + 8 * (i / 4) + quad_col + (i % 2));
+            if (rel < d_lo || rel > d_hi || key >= sq.seq_k) St[i] = 0.f;
         }
     }
 }
@@ -328,7 +362,8 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
     const int wg_keys = Cfg::SPLIT_KEYS ? wg * 64 : 0;    /* this warpgroup's first key of the block */
     const int key_row = wg_keys + warp * 16 + g;          /* this thread's keys: key_row, key_row + 8 */
     const int dkv_col0 = Cfg::SPLIT_KEYS ? 0 : wg * Cfg::DKV_N; /* this warpgroup's dK / dV columns */
-    const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, n_block);
+    const Sm90BwdSeq sq = sm90_bwd_seq(p, b);
+    const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, sq, n_block);
 
     const uint32_t k_addr = smem_addr(smem + Cfg::OFF_K), v_addr = smem_addr(smem + Cfg::OFF_V);
     const uint32_t kv_rows = wg_keys * 128; /* this warpgroup's 64 rows inside each K / V slab */
@@ -375,7 +410,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             wgmma_commit();
             wgmma_wait<1>();
             fence_regs<Cfg::BM / 2>(St);
-            sm90_bwd_probs<Cfg>(St, lse2, p, w.n0, m0, key_row, quad_col);
+            sm90_bwd_probs<Cfg>(St, lse2, p, sq, w.n0, m0, key_row, quad_col);
             wgmma_wait<0>();
             fence_regs<Cfg::BM / 2>(dPt);
             /* dS^T = P^T (dP^T - Delta) */
@@ -411,7 +446,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs<Cfg::BM / 2>(St);
-            sm90_bwd_probs<Cfg>(St, lse2, p, w.n0, m0, key_row, quad_col);
+            sm90_bwd_probs<Cfg>(St, lse2, p, sq, w.n0, m0, key_row, quad_col);
 #pragma unroll
             for (int i = 0; i < Cfg::BM / 2; i += 2) Pa[i / 2] = pack2<Cfg::BF16>(St[i], St[i + 1]);
             /* The dP warpgroup read the previous P^T before the last dS^T barrier. */
@@ -488,13 +523,16 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
     }
     if (Cfg::DQ_TMA && tid == 0) tma_store_wait_all(); /* shared memory must outlive the last reduction */
 
-    /* dK = scale * sum dS^T Q and dV = sum P^T dO for the keys inside the sequence. */
+    /* dK = scale * sum dS^T Q and dV = sum P^T dO for the keys inside the
+     * sequence (its lengths read again rather than kept through the loop). */
+    const Sm90BwdSeq s_end = sm90_bwd_seq(p, opaque_int(b));
 #pragma unroll
     for (int i = 0; i < Cfg::DKV_N / 2; i += 2) {
         const int key = w.n0 + key_row + 8 * ((i / 2) % 2), col = dkv_col0 + 8 * (i / 4) + quad_col;
-        if (key >= p.sk || col >= p.head_dim) continue;
-        uint16_t *dk = (uint16_t *)p.dk + (int64_t)b * p.dk_sb + (int64_t)key * p.dk_ss + (int64_t)hk * p.dk_sh + col;
-        uint16_t *dv = (uint16_t *)p.dv + (int64_t)b * p.dv_sb + (int64_t)key * p.dv_ss + (int64_t)hk * p.dv_sh + col;
+        if (key >= s_end.seq_k || col >= p.head_dim) continue;
+        const int64_t row = s_end.k_row0 + key; /* varlen views have a batch stride of 0 */
+        uint16_t *dk = (uint16_t *)p.dk + (int64_t)b * p.dk_sb + row * p.dk_ss + (int64_t)hk * p.dk_sh + col;
+        uint16_t *dv = (uint16_t *)p.dv + (int64_t)b * p.dv_sb + row * p.dv_ss + (int64_t)hk * p.dv_sh + col;
         *reinterpret_cast<uint32_t *>(dk) = pack2<Cfg::BF16>(dK[i] * p.scale, dK[i + 1] * p.scale);
         *reinterpret_cast<uint32_t *>(dv) = pack2<Cfg::BF16>(dV[i], dV[i + 1]);
     }
