@@ -88,7 +88,7 @@ struct Sm90BwdConfig {
 
     static constexpr int Q_SLAB = BM * 128;  /* one slab of a Q or dO tile */
     static constexpr int KV_SLAB = BN * 128; /* one slab of K or V */
-    static constexpr int DS_SLAB = BN * 128; /* 64 query columns of dS^T for all 128 keys */
+    static constexpr int DS_SLAB = BN * 128; /* 64 query columns of dS^T (or P^T) for the block's keys */
     static constexpr int Q_BYTES = BM * D * 2;
     static constexpr int KV_BYTES = BN * D * 2;
     static constexpr int DS_BYTES = BN * BM * 2;
