@@ -50,6 +50,7 @@ static const flag_spec flags[] = {
     {"--seed", FLAG_U64, FIELD(seed), 0, BOTH, "S", "seed of the random inputs and of dropout (default 42)"},
     {"--scale", FLAG_FLOAT, FIELD(scale), 0, BOTH, "S", "softmax scale (default 1/sqrt(head dim))"},
     {"--deterministic", FLAG_SWITCH, FIELD(deterministic), 1, BOTH, "", "bitwise reproducible backward"},
+    {"--varlen", FLAG_SWITCH, FIELD(varlen), 1, BOTH, "", "the batch as packed sequences (fa_varlen_fwd / fa_varlen_bwd)"},
     {"--decode", FLAG_SWITCH, FIELD(kvcache), 1, BOTH, "", "KV-cache decoding (fa_fwd_kvcache), forward only"},
     {"--kvcache", FLAG_SWITCH, FIELD(kvcache), 1, BOTH, "", NULL},
     {"--cache-len", FLAG_INT, FIELD(cache_len), 0, BOTH, "N", "keys already in the cache (default: --seqlen-k, else 4096)"},
@@ -234,6 +235,10 @@ cli_parse_result cli_parse_args(cli_command cmd, int argc, char **argv, cli_conf
     if (c->kvcache && c->dropout_p > 0) {
         fprintf(stderr, "flashattn %s: --dropout cannot be combined with --decode (KV-cache calls have no dropout)\n",
                 command_name(cmd));
+        return CLI_BAD_FLAG;
+    }
+    if (c->kvcache && c->varlen) {
+        fprintf(stderr, "flashattn %s: --varlen cannot be combined with --decode\n", command_name(cmd));
         return CLI_BAD_FLAG;
     }
     if (c->kvcache) c->fwd_only = 1; /* the KV-cache call has no backward */

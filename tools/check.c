@@ -43,12 +43,13 @@ static void gather_bshw(float *dst, const void *src, fa_dtype t, int64_t S, int6
             }
 }
 
-/* dst (nb, nh, ns) <- lse (B, H, S). */
-static void gather_lse(float *dst, const float *src, int64_t S, int64_t H, int64_t nb, int64_t s0, int64_t ns,
+/* dst (nb, nh, ns) <- lse, element (b, h, i) at b * sb + h * sh + i: (B, H, S)
+ * for batched calls, (H, B * S) for packed ones. */
+static void gather_lse(float *dst, const float *src, int64_t sb, int64_t sh, int64_t nb, int64_t s0, int64_t ns,
                        int64_t nh) {
     for (int64_t b = 0; b < nb; ++b)
         for (int64_t h = 0; h < nh; ++h)
-            for (int64_t i = 0; i < ns; ++i) dst[(b * nh + h) * ns + i] = src[(b * H + h) * S + s0 + i];
+            for (int64_t i = 0; i < ns; ++i) dst[(b * nh + h) * ns + i] = src[b * sb + h * sh + s0 + i];
 }
 
 /* dst (nb, Sk, nk, W) <- keys of the cache or of the plain k / v tensor. */
@@ -408,7 +409,9 @@ int cli_check_fwd(cli_reference *r, const cli_workload *w, cli_check *c, char *e
     if (ok) {
         if (half) cli_naive_fwd(a, r->naive_out, r->naive_lse, r->threads);
         gather_bshw(x_out, w->out.host, cf->dtype, cf->seqlen_q, cf->heads, a->Dv, a->B, r->row0, a->Sq, a->Hq);
-        gather_lse(x_lse, w->lse.host, cf->seqlen_q, cf->heads, a->B, r->row0, a->Sq, a->Hq);
+        const int64_t S = cf->seqlen_q;
+        gather_lse(x_lse, w->lse.host, cf->varlen ? S : cf->heads * S, cf->varlen ? cf->batch * S : S, a->B, r->row0,
+                   a->Sq, a->Hq);
         judge(&c->q[0], "out", cf->dtype, x_out, r->out, r->naive_out, n_out, 2, count_nan(&w->out, cf->dtype));
         judge(&c->q[1], "lse", cf->dtype, x_lse, r->lse, r->naive_lse, n_lse, 2, count_nan(&w->lse, FA_F32));
         c->n = 2;

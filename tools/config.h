@@ -29,6 +29,9 @@ typedef struct cli_config {
     uint64_t seed;                     /* random inputs and the dropout seed */
     float scale;                       /* 0: 1/sqrt(D) */
     int deterministic;
+    /* The batch as packed equal-length sequences: fa_varlen_fwd / fa_varlen_bwd
+     * (same data and results as the batched call; lse in the (Hq, total) layout). */
+    int varlen;
 
     /* KV cache (decode) mode. */
     int kvcache;

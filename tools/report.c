@@ -23,6 +23,7 @@ void cli_describe_case(const cli_config *c, char *buf, size_t len) {
     if (c->dropout_p > 0) ADD(" dropout=%g", c->dropout_p);
     if (c->scale > 0) ADD(" scale=%g", c->scale);
     if (c->deterministic) ADD(" deterministic");
+    if (c->varlen) ADD(" varlen");
     if (c->kvcache) {
         ADD(" kvcache=%lld", (long long)c->cache_len);
         if (c->new_keys) ADD("+%lld", (long long)c->new_keys);
@@ -140,7 +141,8 @@ void cli_print_result_json(FILE *f, const cli_config *c, const cli_result *r, co
     json_number(f, c->dropout_p);
     fprintf(f, ",\"scale\":");
     json_number(f, c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->head_dim)); /* the default resolved */
-    fprintf(f, ",\"seed\":%llu,\"deterministic\":%s", (unsigned long long)c->seed, c->deterministic ? "true" : "false");
+    fprintf(f, ",\"seed\":%llu,\"deterministic\":%s,\"varlen\":%s", (unsigned long long)c->seed,
+            c->deterministic ? "true" : "false", c->varlen ? "true" : "false");
     if (c->kvcache)
         fprintf(f, ",\"cache_len\":%lld,\"new_keys\":%lld,\"block_size\":%lld,\"splits\":%d", (long long)c->cache_len,
                 (long long)c->new_keys, (long long)c->block_size, c->splits);

@@ -36,6 +36,13 @@ int cli_pick_target(fa_backend requested, cli_target *t) {
 
 /* One call of the case in direction `backward`. */
 static fa_status call_once(fa_context *ctx, cli_workload *w, int backward) {
+    const cli_config *c = &w->cfg;
+    if (c->varlen && backward)
+        return fa_varlen_bwd(ctx, &w->tdout, &w->tq, &w->tk, &w->tv, &w->tout, &w->tlse, &w->tcu_q, &w->tcu_k,
+                             (int)c->seqlen_q, (int)w->Sk, &w->opts, &w->tdq, &w->tdk, &w->tdv);
+    if (c->varlen)
+        return fa_varlen_fwd(ctx, &w->tq, &w->tk, &w->tv, &w->tcu_q, &w->tcu_k, (int)c->seqlen_q, (int)w->Sk,
+                             &w->opts, &w->tout, &w->tlse);
     if (backward)
         return fa_bwd(ctx, &w->tdout, &w->tq, &w->tk, &w->tv, &w->tout, &w->tlse, &w->opts, &w->tdq, &w->tdk,
                       &w->tdv);

@@ -87,6 +87,9 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
              cli_buffer_alloc(&w->dk, bytes_of(t, B, w->Sk, Hk, D), on_device) &&
              cli_buffer_alloc(&w->dv, bytes_of(t, B, w->Sk, Hk, Dv), on_device);
     if (ok && c->alibi) ok = cli_buffer_alloc(&w->alibi, bytes_of(FA_F32, Hq, 1, 1, 1), on_device);
+    if (ok && c->varlen)
+        ok = cli_buffer_alloc(&w->cu_q, bytes_of(FA_I32, B + 1, 1, 1, 1), on_device) &&
+             cli_buffer_alloc(&w->cu_k, bytes_of(FA_I32, B + 1, 1, 1, 1), on_device);
     if (ok && c->kvcache) {
         ok = cli_buffer_alloc(&w->cache_seqlens, bytes_of(FA_I32, B, 1, 1, 1), on_device);
         if (ok && c->new_keys > 0)
@@ -112,6 +115,13 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
         float *s = w->alibi.host;
         for (int64_t h = 0; h < Hq; ++h) s[h] = (float)exp2(-8.0 * (double)(h + 1) / (double)Hq);
     }
+    if (w->cu_q.host) { /* equal lengths: the packed rows are the batched tensors' rows */
+        int32_t *cq = w->cu_q.host, *ck = w->cu_k.host;
+        for (int64_t b = 0; b <= B; ++b) {
+            cq[b] = (int32_t)(b * Sq);
+            ck[b] = (int32_t)(b * w->Sk);
+        }
+    }
     if (w->cache_seqlens.host) {
         int32_t *n = w->cache_seqlens.host;
         for (int64_t b = 0; b < B; ++b) n[b] = (int32_t)c->cache_len;
@@ -129,7 +139,7 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
         }
     }
     cli_buffer *inputs[] = {&w->q, &w->k, &w->v, &w->dout, &w->alibi, &w->k_new, &w->v_new,
-                            &w->cache_seqlens, &w->block_table};
+                            &w->cache_seqlens, &w->block_table, &w->cu_q, &w->cu_k};
     for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i) {
         if (inputs[i]->host && !cli_buffer_upload(inputs[i])) {
             snprintf(err, err_len, "%s", cli_device_error());
@@ -153,6 +163,22 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
         w->tdq = tensor4(&w->dq, t, B, Sq, Hq, D, on_device);
         w->tdk = tensor4(&w->dk, t, B, w->Sk, Hk, D, on_device);
         w->tdv = tensor4(&w->dv, t, B, w->Sk, Hk, Dv, on_device);
+    }
+    if (c->varlen) { /* the same buffers as (total, heads, dim) and lse as (Hq, total) */
+        const int64_t TQ = B * Sq, TK = B * w->Sk;
+        w->tq = tensor_nd(&w->q, t, 3, TQ, Hq, D, on_device);
+        w->tk = tensor_nd(&w->k, t, 3, TK, Hk, D, on_device);
+        w->tv = tensor_nd(&w->v, t, 3, TK, Hk, Dv, on_device);
+        w->tout = tensor_nd(&w->out, t, 3, TQ, Hq, Dv, on_device);
+        w->tlse = tensor_nd(&w->lse, FA_F32, 2, Hq, TQ, 0, on_device);
+        if (!c->fwd_only) {
+            w->tdout = tensor_nd(&w->dout, t, 3, TQ, Hq, Dv, on_device);
+            w->tdq = tensor_nd(&w->dq, t, 3, TQ, Hq, D, on_device);
+            w->tdk = tensor_nd(&w->dk, t, 3, TK, Hk, D, on_device);
+            w->tdv = tensor_nd(&w->dv, t, 3, TK, Hk, Dv, on_device);
+        }
+        w->tcu_q = tensor_nd(&w->cu_q, FA_I32, 1, B + 1, 0, 0, on_device);
+        w->tcu_k = tensor_nd(&w->cu_k, FA_I32, 1, B + 1, 0, 0, on_device);
     }
     if (c->kvcache) {
         w->tcache_seqlens = tensor_nd(&w->cache_seqlens, FA_I32, 1, B, 0, 0, on_device);
@@ -182,7 +208,7 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
 
 void cli_workload_destroy(cli_workload *w) {
     cli_buffer *all[] = {&w->q, &w->k, &w->v, &w->dout, &w->out, &w->lse, &w->dq, &w->dk, &w->dv,
-                         &w->alibi, &w->k_new, &w->v_new, &w->cache_seqlens, &w->block_table};
+                         &w->alibi, &w->k_new, &w->v_new, &w->cache_seqlens, &w->block_table, &w->cu_q, &w->cu_k};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (all[i]->host) cli_buffer_free(all[i]);
 }

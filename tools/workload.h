@@ -22,9 +22,10 @@ typedef struct cli_workload {
     cli_buffer q, k, v, dout;           /* inputs (k, v: the cache in KV-cache mode) */
     cli_buffer out, lse, dq, dk, dv;    /* outputs */
     cli_buffer alibi, k_new, v_new, cache_seqlens, block_table;
+    cli_buffer cu_q, cu_k;              /* varlen: sequence starts 0, Sq, 2 Sq, ... (and Sk) */
 
     fa_tensor tq, tk, tv, tdout, tout, tlse, tdq, tdk, tdv;
-    fa_tensor tk_new, tv_new, tcache_seqlens, tblock_table;
+    fa_tensor tk_new, tv_new, tcache_seqlens, tblock_table, tcu_q, tcu_k;
     fa_options opts;
 } cli_workload;
 
