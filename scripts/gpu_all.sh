@@ -8,7 +8,7 @@
 #      library (scripts/gpu_python_test.sh);
 #   3. bench/gpu_vs_torch.py on both CUDA flavours against PyTorch SDPA's flash
 #      and cuDNN backends (FA_BENCH=quick, the default; full for the whole grid;
-#      0 to skip) and decoding timings.
+#      0 to skip), decoding timings, and packed (varlen) against batched calls.
 # Logs go to a scratch folder; with $OUT set they come back packed in
 # $OUT/logs.tgz (else they stay in build-gpu/logs). Exit status: nonzero if
 # any step failed.
@@ -47,6 +47,11 @@ if [ "$bench" != "0" ]; then
         echo "decode $a: $(timeout 60 "$B/flashattn" bench --decode --backend cuda_sm80 $a 2>&1 | tail -1)"
     done
     echo "decode, packing off: $(FA_SM80_PACK=0 timeout 60 "$B/flashattn" bench --decode --backend cuda_sm80 2>&1 | tail -1)"
+    # packed sequences against the batched call on the same data (head dim 128, 4 x 4096)
+    for a in "" "--varlen"; do
+        echo "batch 4 x 4096 ${a:-batched}:"
+        timeout 120 "$B/flashattn" bench --batch 4 --seqlen 4096 --heads 16 --head-dim 128 --no-causal $a 2>&1 | tail -2
+    done
 fi
 
 [ -n "$RESULT" ] && tar czf "$RESULT/logs.tgz" -C "$OUT" .
