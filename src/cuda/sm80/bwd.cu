@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "../bwd_rows.cuh"
 #include "philox.h"
 #include "sm80.h"
 #include "../smem_limit.cuh"
@@ -69,27 +70,7 @@ __global__ void sm80_bwd_preprocess(const __grid_constant__ fa_problem p, const 
         if (lane == 0) { a.ws.delta[slot] = 0.0f; a.ws.lse2[slot] = INFINITY; }
         return;
     }
-    const T *o = (const T *)p.out.data + fa_q_offset(&p, &p.out, b, i, h);
-    const T *dout = (const T *)p.dout.data + fa_q_offset(&p, &p.dout, b, i, h);
-    float acc = 0.0f;
-    if (a.aligned_od) { /* 16-byte loads: eight columns per lane and step */
-        for (int d = lane * 8; d < p.Dv; d += 256) {
-            union { uint4 u; T e[8]; } x, y;
-            x.u = *(const uint4 *)(o + d);
-            y.u = *(const uint4 *)(dout + d);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc += to_f32(x.e[e]) * to_f32(y.e[e]);
-        }
-    } else {
-        for (int d = lane; d < p.Dv; d += 32) acc += to_f32(o[d]) * to_f32(dout[d]);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) {
-        const float lse = p.lse[fa_lse_offset(&p, b, h, i)];
-        a.ws.delta[slot] = acc;
-        a.ws.lse2[slot] = lse == -INFINITY ? INFINITY : lse * LOG2E_F; /* +inf makes every P of the row 0 */
-    }
+    bwd_row_stats<T>(p, b, h, i, lane, a.aligned_od, &a.ws.lse2[slot], &a.ws.delta[slot]);
 }
 
 /* ------------------------------------------------------------------------- */

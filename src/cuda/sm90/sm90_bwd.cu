@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../bwd_rows.cuh"
 #include "../smem_limit.cuh"
 #include "sm90.h"
 #include "sm90_bwd_kernel.cuh"
@@ -40,11 +41,6 @@ static size_t bwd_accum_bytes(const fa_problem *p) { return bwd_rows(p) * (size_
 
 /* ---- companion kernels ----------------------------------------------------- */
 
-__device__ __forceinline__ float elem_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float elem_to_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ void elem_store(__nv_bfloat16 *d, float x) { *d = __float2bfloat16_rn(x); }
-__device__ __forceinline__ void elem_store(__half *d, float x) { *d = __float2half_rn(x); }
-
 /* One warp per (padded row, head, batch). vec: Dv % 8 == 0 and out / dout rows
  * on 16 bytes, so each lane reads eight columns at a time. */
 template <typename T>
@@ -58,27 +54,7 @@ __global__ void sm90_bwd_preprocess(const __grid_constant__ fa_problem p, float 
         if (lane == 0) { lse2[slot] = INFINITY; delta[slot] = 0.f; }
         return;
     }
-    const T *o = (const T *)p.out.data + fa_q_offset(&p, &p.out, b, i, h);
-    const T *dout = (const T *)p.dout.data + fa_q_offset(&p, &p.dout, b, i, h);
-    float acc = 0.f;
-    if (vec) {
-        for (int d = lane * 8; d < p.Dv; d += 256) {
-            union { uint4 u; T e[8]; } x, y;
-            x.u = *(const uint4 *)(o + d);
-            y.u = *(const uint4 *)(dout + d);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc += elem_to_f32(x.e[e]) * elem_to_f32(y.e[e]);
-        }
-    } else {
-        for (int d = lane; d < p.Dv; d += 32) acc += elem_to_f32(o[d]) * elem_to_f32(dout[d]);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) {
-        const float lse = p.lse[fa_lse_offset(&p, b, h, i)];
-        lse2[slot] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f; /* no visible key: P = 0 */
-        delta[slot] = acc;
-    }
+    bwd_row_stats<T>(p, b, h, i, lane, vec, &lse2[slot], &delta[slot]);
 }
 
 /* One warp per (row, head, batch): dq = accumulator (already scaled). */
@@ -89,7 +65,7 @@ __global__ void sm90_bwd_convert(const __grid_constant__ fa_problem p, const flo
     if (i >= fa_seqlen_q(&p, b)) return; /* also rows past Sq: seqlen_q <= Sq */
     const float *src = dq_accum + (((int64_t)b * p.Hq + h) * sq_pad + i) * dpad;
     T *dst = (T *)p.dq.data + fa_q_offset(&p, &p.dq, b, i, h);
-    for (int d = lane; d < p.D; d += 32) elem_store(dst + d, src[d]);
+    for (int d = lane; d < p.D; d += 32) dst[d] = from_f32<T>(src[d]);
 }
 
 /* ---- host ------------------------------------------------------------------- */
