@@ -8,8 +8,18 @@ Every cell times each contender with CUDA events on torch's current stream,
 interleaved (ours, FA2, cuDNN, ours, ...), and reports the median after a
 warm-up. FLOPs: forward 4*B*H*S*S*D (halved for causal), backward 2.5x.
 
+Two timings (--timing):
+  stream  events around a run of --burst back-to-back calls, divided by the
+          count: the host work of each call (Python, ctypes, torch dispatch,
+          our argument checks) overlaps the previous call's kernels, as in a
+          training or serving loop; this is the kernels' throughput.
+  single  events around one call after a synchronise: the host time of the
+          call is inside the figure (the GPU idles while it runs).
+both (the default) prints the two, stream first.
+
     python3 bench/gpu_vs_torch.py [--quick] [--lib build/libflashattn.so]
-                                  [--backend cuda|cuda_sm80] [--out DIR]
+                                  [--backend cuda|cuda_sm80] [--timing stream|single|both]
+                                  [--out DIR]
 """
 import argparse
 import ctypes
@@ -82,25 +92,33 @@ class Library:
         self.check(self.lib.fa_context_set_cuda_stream(self.ctx, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)))
 
     def fwd(self, q, k, v, causal, out, lse):
+        """A callable running the forward; the argument structs are built
+        once, as a C caller would keep them."""
         o = FaOptions()
         o.causal = 1 if causal else 0
         a = [fa_view(t) for t in (q, k, v, out, lse)]
-        self.check(self.lib.fa_fwd(self.ctx, a[0], a[1], a[2], o, a[3], a[4]))
+        f, ctx = self.lib.fa_fwd, self.ctx
+        return lambda: self.check(f(ctx, a[0], a[1], a[2], o, a[3], a[4]))
 
     def bwd(self, dout, q, k, v, out, lse, causal, dq, dk, dv):
         o = FaOptions()
         o.causal = 1 if causal else 0
         a = [fa_view(t) for t in (dout, q, k, v, out, lse, dq, dk, dv)]
-        self.check(self.lib.fa_bwd(self.ctx, a[0], a[1], a[2], a[3], a[4], a[5], o, a[6], a[7], a[8]))
+        f, ctx = self.lib.fa_bwd, self.ctx
+        return lambda: self.check(f(ctx, a[0], a[1], a[2], a[3], a[4], a[5], o, a[6], a[7], a[8]))
 
 
-def time_ms(fn):
+def time_ms(fn, calls):
+    """Milliseconds per call over `calls` back-to-back calls (1: one call
+    alone, started on an idle GPU)."""
+    torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    fn()
+    for _ in range(calls):
+        fn()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end)
+    return start.elapsed_time(end) / calls
 
 
 def flops_fwd(B, H, S, D, causal):
@@ -108,7 +126,7 @@ def flops_fwd(B, H, S, D, causal):
     return f / 2 if causal else f
 
 
-def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd):
+def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst):
     H = 2048 // D
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(B * 131 + S * 7 + D)
@@ -125,9 +143,9 @@ def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd):
     res = {}
     fwd_fns, bwd_fns = {}, {}
     lib.use_current_stream()
-    fwd_fns["ours"] = lambda: lib.fwd(q, k, v, causal, out, lse)
+    fwd_fns["ours"] = lib.fwd(q, k, v, causal, out, lse)
     if do_bwd:
-        bwd_fns["ours"] = lambda: lib.bwd(dout, q, k, v, out, lse, causal, dq, dk, dv)
+        bwd_fns["ours"] = lib.bwd(dout, q, k, v, out, lse, causal, dq, dk, dv)
     graphs = {}
     for name, backend in contenders.items():
         if backend is None:
@@ -153,19 +171,21 @@ def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd):
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
-        torch.cuda.synchronize()
-        times = {n: [] for n in fns}
-        for _ in range(reps):
-            for n, fn in fns.items():  # interleaved in the same run
-                times[n].append(time_ms(fn))
         fl = flops_fwd(B, H, S, D, causal) * (2.5 if kind == "bwd" else 1.0)
-        for n, t in times.items():
-            ms = statistics.median(t)
-            res.setdefault(n, {})[kind + "_ms"] = ms
-            res[n][kind + "_tflops"] = fl / ms / 1e9
+        for mode in modes:
+            calls = burst if mode == "stream" else 1
+            times = {n: [] for n in fns}
+            for _ in range(reps):
+                for n, fn in fns.items():  # interleaved in the same run
+                    times[n].append(time_ms(fn, calls))
+            for n, t in times.items():
+                ms = statistics.median(t)
+                r = res.setdefault(n, {}).setdefault(mode, {})
+                r[kind + "_ms"] = ms
+                r[kind + "_tflops"] = fl / ms / 1e9
 
     # Correctness spot check of our forward against cuDNN/FA2 output on this cell.
-    lib.fwd(q, k, v, causal, out, lse)
+    fwd_fns["ours"]()
     ref = graphs.get("fa2", graphs.get("cudnn"))
     if ref is not None:
         err = (out.float() - ref.detach().transpose(1, 2).float()).abs().max().item()
@@ -182,6 +202,8 @@ def main():
     ap.add_argument("--no-bwd", action="store_true")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--timing", default="both", choices=("stream", "single", "both"))
+    ap.add_argument("--burst", type=int, default=10, help="back-to-back calls per stream timing")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
 
@@ -191,28 +213,30 @@ def main():
     if args.quick:
         sizes = [(16, 1024), (4, 4096), (1, 16384)]
         dims = [128]
+    modes = ("stream", "single") if args.timing == "both" else (args.timing,)
     rows = []
-    print("%-4s %-9s %-6s | %-22s | %-22s | %-22s | %s" % ("D", "B x S", "causal", "ours fwd/bwd TF", "FA2 fwd/bwd TF",
-                                                         "cuDNN fwd/bwd TF", "ours/FA2 fwd, bwd"))
+    print("%-4s %-9s %-6s %-6s | %-19s | %-19s | %-19s | %-11s | %s" % (
+        "D", "B x S", "causal", "timing", "ours fwd/bwd TF", "FA2 fwd/bwd TF", "cuDNN fwd/bwd TF",
+        "vs FA2 f, b", "vs cuDNN f, b"))
     for D in dims:
         for causal in (False, True):
             for B, S in sizes:
-                r = bench_cell(lib, B, S, D, causal, args.warmup, args.reps, not args.no_bwd)
+                r = bench_cell(lib, B, S, D, causal, args.warmup, args.reps, not args.no_bwd, modes, args.burst)
                 row = {"D": D, "B": B, "S": S, "causal": causal, "results": r}
                 rows.append(row)
-
-                def tf(n, kind):
-                    return r.get(n, {}).get(kind + "_tflops", float("nan"))
-                ratio_f = tf("ours", "fwd") / tf("fa2", "fwd")
-                ratio_b = tf("ours", "bwd") / tf("fa2", "bwd")
-                print("%-4d %-9s %-6s | %8.1f / %8.1f     | %8.1f / %8.1f     | %8.1f / %8.1f     | %.2f, %.2f" % (
-                    D, "%dx%d" % (B, S), "yes" if causal else "no", tf("ours", "fwd"), tf("ours", "bwd"),
-                    tf("fa2", "fwd"), tf("fa2", "bwd"), tf("cudnn", "fwd"), tf("cudnn", "bwd"), ratio_f, ratio_b),
-                    flush=True)
+                for mode in modes:
+                    def tf(n, kind):
+                        return r.get(n, {}).get(mode, {}).get(kind + "_tflops", float("nan"))
+                    print("%-4d %-9s %-6s %-6s | %7.1f / %7.1f   | %7.1f / %7.1f   | %7.1f / %7.1f   | %.2f, %.2f  | %.2f, %.2f" % (
+                        D, "%dx%d" % (B, S), "yes" if causal else "no", mode, tf("ours", "fwd"), tf("ours", "bwd"),
+                        tf("fa2", "fwd"), tf("fa2", "bwd"), tf("cudnn", "fwd"), tf("cudnn", "bwd"),
+                        tf("ours", "fwd") / tf("fa2", "fwd"), tf("ours", "bwd") / tf("fa2", "bwd"),
+                        tf("ours", "fwd") / tf("cudnn", "fwd"), tf("ours", "bwd") / tf("cudnn", "bwd")), flush=True)
                 torch.cuda.empty_cache()
 
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": args.backend,
-            "cudnn": torch.backends.cudnn.version(), "warmup": args.warmup, "reps": args.reps}
+            "cudnn": torch.backends.cudnn.version(), "warmup": args.warmup, "reps": args.reps,
+            "timing": list(modes), "burst": args.burst}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_vs_torch.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
@@ -228,14 +252,15 @@ def main():
             for ri, kind in enumerate(("fwd", "bwd")):
                 ax = axes[ri][col]
                 for n, label in (("ours", "flashattn"), ("fa2", "torch FA2"), ("cudnn", "torch cuDNN")):
-                    ax.plot(x, [r["results"].get(n, {}).get(kind + "_tflops", math.nan) for r in sel], "o-", label=label)
+                    ax.plot(x, [r["results"].get(n, {}).get(modes[0], {}).get(kind + "_tflops", math.nan) for r in sel],
+                            "o-", label=label)
                 ax.set_xscale("log", base=2)
                 ax.set_title("%s D=%d%s" % (kind, D, " causal" if c else ""))
                 ax.set_xlabel("seqlen")
                 ax.set_ylabel("TFLOP/s")
                 ax.grid(alpha=0.3)
         axes[0][0].legend()
-        fig.suptitle("flashattn vs PyTorch SDPA, bf16, hidden 2048, %s" % meta["device"])
+        fig.suptitle("flashattn vs PyTorch SDPA, bf16, hidden 2048, %s, %s timing" % (meta["device"], modes[0]))
         fig.tight_layout()
         fig.savefig(os.path.join(args.out, "gpu_vs_torch.png"), dpi=90)
     except ImportError:

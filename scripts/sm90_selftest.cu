@@ -8,7 +8,7 @@
  *   ./sm90_selftest varlen       # only the varlen (packed sequences) cases
  *   ./sm90_selftest fp8          # e4m3 inputs (fp8_small: two cases, for compute-sanitizer)
  *   ./sm90_selftest bench_fp8    # e4m3 TFLOP/s, head dim 128, 16 heads
- *   ./sm90_selftest bench [D [causal [varlen]]]  # TFLOP/s on the standard grid (hidden 2048)
+ *   ./sm90_selftest bench [D [causal [varlen [seqlen]]]]  # TFLOP/s on the standard grid (hidden 2048)
  *
  * Check rule (flash-attn's): the kernel's max error against float64 must be at
  * most 2x the error of a naive implementation in the same storage precision
@@ -656,10 +656,11 @@ static int bench_fp8(void) {
 
 /* Median kernel time over reps, on random inputs. */
 static int bench(int argc, char **argv) {
-    /* optional filters: bench [D [causal [varlen]]]; varlen packs the batch's
-     * equal-length sequences as one varlen problem (same work) */
+    /* optional filters: bench [D [causal [varlen [seqlen]]]]; varlen packs the
+     * batch's equal-length sequences as one varlen problem (same work); 0 or
+     * -1 leaves a filter open */
     int only_d = argc > 2 ? atoi(argv[2]) : 0, only_causal = argc > 3 ? atoi(argv[3]) : -1;
-    int varlen = argc > 4 && atoi(argv[4]);
+    int varlen = argc > 4 && atoi(argv[4]) > 0, only_s = argc > 5 ? atoi(argv[5]) : 0;
     const int dims[] = {64, 128, 256};
     const int bs[][2] = {{32, 512}, {16, 1024}, {8, 2048}, {4, 4096}, {2, 8192}, {1, 16384}};
     printf("%-6s %-6s %-6s %-6s %-10s %-10s\n", "D", "causal", "batch", "seqlen", "ms", "TFLOP/s");
@@ -667,6 +668,7 @@ static int bench(int argc, char **argv) {
         for (int causal = 0; causal < 2; ++causal)
             for (auto &bsz : bs) {
                 if ((only_d && D != only_d) || (only_causal >= 0 && causal != only_causal)) continue;
+                if (only_s > 0 && bsz[1] != only_s) continue;
                 int B = bsz[0], S = bsz[1], H = 2048 / D;
                 size_t n = (size_t)B * S * H * D;
                 uint16_t *q, *k, *v, *o;
