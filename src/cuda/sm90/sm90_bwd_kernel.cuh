@@ -233,11 +233,11 @@ __device__ __forceinline__ void red_add_v2(float *dst, float x0, float x1) {
  * of K or V, B = the N rows of Q or dO; both K-major. */
 template <class Cfg, int N>
 __device__ __forceinline__ void sm90_bwd_issue_ss(float *acc, uint32_t a_addr, uint32_t b_addr, uint32_t b_slab) {
+    const DescSw128 ad(a_addr, 16), bd(b_addr, 16);
 #pragma unroll
     for (int k = 0; k < Cfg::D / 16; ++k) {
         const uint32_t off = (k % 4) * 32; /* 16 columns = 32 bytes inside slab k / 4 */
-        wgmma_ss<N, Cfg::BF16, false>(acc, smem_desc_sw128(a_addr + (k / 4) * Cfg::KV_SLAB + off, 16),
-                                      smem_desc_sw128(b_addr + (k / 4) * b_slab + off, 16), k > 0);
+        wgmma_ss<N, Cfg::BF16, false>(acc, ad.at((k / 4) * Cfg::KV_SLAB + off), bd.at((k / 4) * b_slab + off), k > 0);
     }
 }
 
@@ -246,9 +246,9 @@ __device__ __forceinline__ void sm90_bwd_issue_ss(float *acc, uint32_t a_addr, u
  * rows 16c..16c+15, its 64-column slabs Q_SLAB bytes apart. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_issue_rs(float *acc, const uint32_t *a, uint32_t b_addr) {
+    const DescSw128 bd(b_addr, Cfg::Q_SLAB);
 #pragma unroll
-    for (int c = 0; c < Cfg::BM / 16; ++c)
-        wgmma_rs<Cfg::DKV_N, Cfg::BF16, false>(acc, a + 4 * c, smem_desc_sw128(b_addr + c * 16 * 128, Cfg::Q_SLAB), 1);
+    for (int c = 0; c < Cfg::BM / 16; ++c) wgmma_rs<Cfg::DKV_N, Cfg::BF16, false>(acc, a + 4 * c, bd.at(c * 16 * 128), 1);
 }
 
 /* dV += P^T dO and dK += dS^T Q with P^T, dS^T from registers (one commit
@@ -314,10 +314,10 @@ __device__ __forceinline__ void sm90_bwd_probs(float *St, const float *lse2, con
  * keys = 16 rows), B = K's slabs as MN-major; no commit. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_issue_dq(float *dQ, uint32_t ds_a, uint32_t k_b) {
+    const DescSw128 ad(ds_a, Cfg::DS_SLAB), bd(k_b, Cfg::KV_SLAB);
 #pragma unroll
     for (int kk = 0; kk < Cfg::BN / 16; ++kk)
-        wgmma_ss_tt<Cfg::DQ_N, Cfg::BF16>(dQ, smem_desc_sw128(ds_a + kk * 16 * 128, Cfg::DS_SLAB),
-                                          smem_desc_sw128(k_b + kk * 16 * 128, Cfg::KV_SLAB), kk > 0);
+        wgmma_ss_tt<Cfg::DQ_N, Cfg::BF16>(dQ, ad.at(kk * 16 * 128), bd.at(kk * 16 * 128), kk > 0);
 }
 
 /* dQ * scale into the accumulator through shared memory: this warpgroup's
@@ -464,10 +464,10 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             fence_regs<Cfg::DQ_N / 2>(dQ);
             wgmma_fence();
             /* dK += dS^T Q: A = dS^T K-major (16 queries = 32 bytes a k-step), B = Q MN-major */
+            const DescSw128 dsd(smem_addr(ds), 16), qd(q_addr + cols, Cfg::Q_SLAB);
 #pragma unroll
             for (int c = 0; c < Cfg::BM / 16; ++c)
-                wgmma_ss_kt<Cfg::DKV_N, Cfg::BF16>(dK, smem_desc_sw128(smem_addr(ds) + c * 32, 16),
-                                                   smem_desc_sw128(q_addr + cols + c * 16 * 128, Cfg::Q_SLAB), 1);
+                wgmma_ss_kt<Cfg::DKV_N, Cfg::BF16>(dK, dsd.at(c * 32), qd.at(c * 16 * 128), 1);
             sm90_bwd_issue_dq<Cfg>(dQ, smem_addr(ds) + dq_a_off, dq_b);
             wgmma_commit();
             wgmma_wait<0>();

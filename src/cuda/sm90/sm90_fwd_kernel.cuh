@@ -232,14 +232,14 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
 template <class Cfg>
 __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_t k_addr) {
     fence_regs<Cfg::BN / 2>(S);
+    const DescSw128 qd(q_addr, 16), kd(k_addr, 16);
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < Cfg::D * Cfg::ES / 32; ++k) {
         /* k-step k: slab k/4, 32 bytes (16 elements, 32 for e4m3) per step inside the slab */
         uint32_t off = (k % 4) * 32;
-        uint64_t da = smem_desc_sw128(q_addr + (k / 4) * Cfg::Q_SLAB + off, 16);
-        uint64_t db = smem_desc_sw128(k_addr + (k / 4) * Cfg::KV_SLAB + off, 16);
-        wgmma_ss<Cfg::BN, Cfg::BF16, Cfg::FP8>(S, da, db, k > 0);
+        wgmma_ss<Cfg::BN, Cfg::BF16, Cfg::FP8>(S, qd.at((k / 4) * Cfg::Q_SLAB + off), kd.at((k / 4) * Cfg::KV_SLAB + off),
+                                               k > 0);
     }
     wgmma_commit();
     fence_regs<Cfg::BN / 2>(S);
@@ -254,15 +254,15 @@ __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t v_
     wgmma_fence();
     if constexpr (Cfg::FP8) {
         /* V^T is [d][key]: a K-major B operand like K in Q K^T, 32 keys (32 B) per k-step */
+        const DescSw128 vd(v_addr, 16);
 #pragma unroll
         for (int k = 0; k < Cfg::BN / 32; ++k)
-            wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, smem_desc_sw128(v_addr + k * 32, 16), accumulate || k > 0);
+            wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, vd.at(k * 32), accumulate || k > 0);
     } else {
+        const DescSw128 vd(v_addr, Cfg::KV_SLAB);
 #pragma unroll
-        for (int k = 0; k < Cfg::BN / 16; ++k) {
-            uint64_t db = smem_desc_sw128(v_addr + k * 16 * 128, Cfg::KV_SLAB); /* 16 keys = 2048 B */
-            wgmma_rs<Cfg::D, Cfg::BF16, false>(O, P + 4 * k, db, accumulate || k > 0);
-        }
+        for (int k = 0; k < Cfg::BN / 16; ++k) /* 16 keys = 2048 B per k-step */
+            wgmma_rs<Cfg::D, Cfg::BF16, false>(O, P + 4 * k, vd.at(k * 16 * 128), accumulate || k > 0);
     }
     wgmma_commit();
     fence_regs<Cfg::D / 2>(O);
@@ -288,32 +288,44 @@ __device__ __forceinline__ void sm90_mask_block(float *S, const Sm90FwdParams &p
 }
 
 /* Online softmax step on one S block: updates the running max, returns the
- * factor that rescales the old O and row sums, and leaves exp2 in S. */
+ * factor that rescales the old O and row sums (exactly 1 where the max did
+ * not move), and leaves exp2 in S. The max is the row's true running max, so
+ * the row's largest score gives P = 1 exactly, as in a plain softmax (a max
+ * that lags, to skip more rescales, rounds the dominant P: docs/perf/sm90.md). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_softmax_block(float *S, float *row_max, float *row_sum, float *rescale,
                                                    float scale_log2) {
-    float mx[2] = {row_max[0], row_max[1]};
+    /* Row maxima in four independent chains per row, then a tree: short
+     * dependency chains (register i holds row half (i/2)%2). */
+    float part[2][4];
 #pragma unroll
-    for (int i = 0; i < Cfg::BN / 2; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], S[i]);
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) part[h][j] = row_max[h];
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 2; ++i) part[(i / 2) % 2][(i / 4) % 4] = fmaxf(part[(i / 2) % 2][(i / 4) % 4], S[i]);
     float sub[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1)); /* quad owns the row */
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        sub[h] = mx[h] == -INFINITY ? 0.f : mx[h] * scale_log2; /* fully hidden row: avoid inf - inf */
-        rescale[h] = fast_exp2(row_max[h] * scale_log2 - sub[h]);  /* old max -inf gives 0 */
-        row_max[h] = mx[h];
+        float mx = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* quad owns the row */
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const bool move = mx > row_max[h];                  /* false while the row is all hidden */
+        sub[h] = mx == -INFINITY ? 0.f : mx * scale_log2;   /* fully hidden row: avoid inf - inf */
+        rescale[h] = move ? fast_exp2(row_max[h] * scale_log2 - sub[h]) : 1.f; /* old -inf gives 0 */
+        row_max[h] = mx;
     }
-    float sum[2] = {0.f, 0.f};
+    /* Exponentials and per-thread partial row sums (two chains per row); the
+     * quad is reduced once in the epilogue. */
+    float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
     for (int i = 0; i < Cfg::BN / 2; ++i) {
         int h = (i / 2) % 2;
         S[i] = fast_exp2(fmaf(S[i], scale_log2, -sub[h]));
-        sum[h] += S[i];
+        sum[h][(i / 4) % 2] += S[i];
     }
-    /* per-thread partial sums; the quad is reduced once in the epilogue */
-    row_sum[0] = row_sum[0] * rescale[0] + sum[0];
-    row_sum[1] = row_sum[1] * rescale[1] + sum[1];
+    row_sum[0] = row_sum[0] * rescale[0] + (sum[0][0] + sum[0][1]);
+    row_sum[1] = row_sum[1] * rescale[1] + (sum[1][0] + sum[1][1]);
 }
 
 /* Two floats to two e4m3 bytes, lo in the low byte (saturating to +-448). */
@@ -491,7 +503,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             wgmma_wait<0>(); /* P V done: O and P are ours again */
             fence_regs<Cfg::D / 2>(O);
             if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
-            /* O to the new max; after the first blocks the max rarely moves */
+            /* O to the new max (skipped when no row of the warp moved) */
             if (__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) {
 #pragma unroll
                 for (int i = 0; i < Cfg::D / 2; ++i) O[i] *= rescale[(i / 2) % 2];

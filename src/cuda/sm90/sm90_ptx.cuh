@@ -157,13 +157,24 @@ __device__ __forceinline__ void fence_regs(uint32_t *r) {
 
 /* ---- shared-memory matrix descriptors (128-byte swizzle) ------------------ */
 
-/* Descriptor for a 128B-swizzled tile: start address, leading byte offset,
+/* Descriptor of a 128B-swizzled tile: start address, leading byte offset,
  * stride byte offset = 1024 (8 rows of 128 B), swizzle mode 1 (128 B). The
- * tile's 1024-byte swizzle atoms must be 1024-aligned (base offset 0). */
-__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr, uint32_t lbo_bytes) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo_bytes & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
+ * tile's 1024-byte swizzle atoms must be 1024-aligned (base offset 0).
+ * Kept as its low word (address >> 4, LBO >> 4 << 16): the high word is a
+ * constant, and a step inside the tile adds offset >> 4 to the low word
+ * alone (shared addresses stay below 2^18, so the 14-bit address field never
+ * carries into the LBO). One add per wgmma instead of rebuilding the whole
+ * descriptor from the address each time. */
+struct DescSw128 {
+    static constexpr uint32_t HI = (1024 >> 4) | (1u << 30); /* SBO; swizzle mode 1 in bits 62-63 */
+    uint32_t lo;
+    __device__ __forceinline__ DescSw128(uint32_t base_addr, uint32_t lbo_bytes)
+        : lo(((base_addr & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16)) {}
+    /* the descriptor of the tile starting `offset` bytes (a multiple of 16) past the base */
+    __device__ __forceinline__ uint64_t at(uint32_t offset) const {
+        return ((uint64_t)HI << 32) | (lo + (offset >> 4));
+    }
+};
 
 /* A copy of x the compiler cannot see through: a value computed from it is
  * recomputed rather than kept alive from an earlier computation from x. */
