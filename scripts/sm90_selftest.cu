@@ -460,7 +460,7 @@ static int run_fp8_case(const Case &c) {
     cudaFree(ws);
     for (int i = 0; i < 3; ++i) cudaFree(ddesc[i]);
 
-    double err = 0, err_naive = 0, err_lse = 0, maxref = 0;
+    double err = 0, err_naive = 0, err_lse = 0, lse_ratio = 0, maxref = 0;
     int unwritten = 0, pad_touched = 0, bad_empty = 0;
     std::vector<double> s(c.Sk), o(D);
     std::vector<float> sf(c.Sk), of(D), qi(D), kj(D);
@@ -478,16 +478,18 @@ static int run_fp8_case(const Case &c) {
                 int64_t hi = c.causal ? i + off + 1 : (c.wr < 0 ? c.Sk : i + off + c.wr + 1);
                 lo = std::max<int64_t>(lo, 0);
                 hi = std::min<int64_t>(hi, c.Sk);
-                double m = -INFINITY;
+                double m = -INFINITY, n_abs = 0;
                 float mf = -INFINITY;
                 for (int64_t j = lo; j < hi; ++j) {
-                    double a = 0;
+                    double a = 0, a_abs = 0;
                     float af = 0;
                     for (int d = 0; d < D; ++d) {
                         float kv = from_e4m3(hk[b * ksb + j * kss + kh * ksh + d]) * kd;
                         a += (double)qi[d] * kv;
+                        a_abs += fabs((double)qi[d] * kv);
                         af += qi[d] * kv;
                     }
+                    n_abs = std::max(n_abs, a_abs / sqrt((double)D));
                     a *= 1.0 / sqrt((double)D);
                     af *= 1.0f / sqrtf((float)D);
                     if (c.softcap > 0) {
@@ -535,19 +537,24 @@ static int run_fp8_case(const Case &c) {
                     maxref = std::max(maxref, fabs(r));
                 }
                 double lse_ref = m + log(l);
-                if (isnan(lse_k))
+                if (isnan(lse_k)) {
                     unwritten++;
-                else
+                } else {
+                    /* the e4m3 tensor cores sum Q K^T with ~14 bits: a score may be
+                     * off by a few 2^-13 of scale * sum |q_d k_d|, and lse by at most
+                     * the largest such error (the bound tests/test_fp8.c uses) */
                     err_lse = std::max(err_lse, fabs(lse_k - lse_ref));
+                    lse_ratio = std::max(lse_ratio, fabs(lse_k - lse_ref) / (ldexp(n_abs, -12) + 1e-4));
+                }
             }
         }
     double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
     bool ok = unwritten == 0 && pad_touched == 0 && bad_empty == 0 && err <= 2 * err_naive + half_ulp &&
-              err_lse <= 2e-3;
+              lse_ratio <= 1.0;
     printf("%s e4m3 B=%d Sq=%d Sk=%d Hq=%d Hk=%d D=%d causal=%d tl=%d win=(%d,%d) cap=%g mag=%g pad=%d | err %.2e "
-           "naive %.2e lse %.2e max|o| %.2f unwritten %d pad %d empty %d\n",
+           "naive %.2e lse %.2e (%.2f of its bound) max|o| %.2f unwritten %d pad %d empty %d\n",
            ok ? "PASS" : "FAIL", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D, c.causal, c.top_left, c.wl, c.wr, c.softcap,
-           c.qscale, c.pad, err, err_naive, err_lse, maxref, unwritten, pad_touched, bad_empty);
+           c.qscale, c.pad, err, err_naive, err_lse, lse_ratio, maxref, unwritten, pad_touched, bad_empty);
     return ok ? 0 : 1;
 }
 

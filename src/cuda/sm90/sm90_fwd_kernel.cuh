@@ -503,11 +503,17 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             wgmma_wait<0>(); /* P V done: O and P are ours again */
             fence_regs<Cfg::D / 2>(O);
             if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
-            /* O to the new max (skipped when no row of the warp moved) */
-            if (__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) {
+            /* O to the new max, skipped where no row of the half moved: once the
+             * first blocks have passed, a max rarely moves */
 #pragma unroll
-                for (int i = 0; i < Cfg::D / 2; ++i) O[i] *= rescale[(i / 2) % 2];
-            }
+            for (int h = 0; h < 2; ++h) /* each half of the warp's rows (8 each) on its own */
+                if (__any_sync(0xffffffffu, rescale[h] != 1.f)) {
+#pragma unroll
+                    for (int i = 2 * h; i < Cfg::D / 2; i += 4) {
+                        O[i] *= rescale[h];
+                        O[i + 1] *= rescale[h];
+                    }
+                }
             sm90_pack_p<Cfg>(P, S);
             o_started = 1;
             prev_stage = stage;
