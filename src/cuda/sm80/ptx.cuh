@@ -10,7 +10,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "../elem.cuh" /* to_f32, from_f32: scalar loads and stores of the storage type */
+#include "../elem.cuh" /* to_f32, from_f32, pack2: the storage type's conversions */
 
 /* Shared-memory address of a generic pointer, as the 32-bit operand PTX wants. */
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
@@ -56,20 +56,6 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float d[4], const uint3
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Two floats -> one register of two 16-bit values (lo in the low half). */
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
 }
 
 /* 2^x with the hardware approximation (ex2.approx handles -inf -> 0). */

@@ -417,8 +417,8 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
 #pragma unroll
             for (int i = 0; i < Cfg::BM / 2; i += 2) {
                 const float2 dl = *reinterpret_cast<const float2 *>(delta + 8 * (i / 4) + quad_col);
-                Pa[i / 2] = pack2<Cfg::BF16>(St[i], St[i + 1]);
-                dSa[i / 2] = pack2<Cfg::BF16>(St[i] * (dPt[i] - dl.x), St[i + 1] * (dPt[i + 1] - dl.y));
+                Pa[i / 2] = pack2<elem16_t<Cfg::BF16>>(St[i], St[i + 1]);
+                dSa[i / 2] = pack2<elem16_t<Cfg::BF16>>(St[i] * (dPt[i] - dl.x), St[i + 1] * (dPt[i + 1] - dl.y));
             }
             /* dS^T to shared memory for dQ before its registers go to the
              * tensor cores (an in-flight wgmma's A registers may not be read).
@@ -448,7 +448,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             fence_regs<Cfg::BM / 2>(St);
             sm90_bwd_probs<Cfg>(St, lse2, p, sq, w.n0, m0, key_row, quad_col);
 #pragma unroll
-            for (int i = 0; i < Cfg::BM / 2; i += 2) Pa[i / 2] = pack2<Cfg::BF16>(St[i], St[i + 1]);
+            for (int i = 0; i < Cfg::BM / 2; i += 2) Pa[i / 2] = pack2<elem16_t<Cfg::BF16>>(St[i], St[i + 1]);
             /* The dP warpgroup read the previous P^T before the last dS^T barrier. */
             sm90_bwd_store_pairs<Cfg>(pt, Pa, key_row, quad_col);
             named_bar_sync(BWD_BAR_P_READY, 256);
@@ -490,8 +490,8 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
 #pragma unroll
             for (int i = 0; i < Cfg::BM / 2; i += 2) {
                 const float2 dl = *reinterpret_cast<const float2 *>(delta + 8 * (i / 4) + quad_col);
-                const float2 pr = unpack2<Cfg::BF16>(Pa[i / 2]);
-                dSa[i / 2] = pack2<Cfg::BF16>(pr.x * (dPt[i] - dl.x), pr.y * (dPt[i + 1] - dl.y));
+                const float2 pr = unpack2<elem16_t<Cfg::BF16>>(Pa[i / 2]);
+                dSa[i / 2] = pack2<elem16_t<Cfg::BF16>>(pr.x * (dPt[i] - dl.x), pr.y * (dPt[i + 1] - dl.y));
             }
             /* One dS^T buffer: the S warpgroup's last reads of it (the previous
              * block's dK and dQ) finished before it passed the P^T barrier. */
@@ -533,8 +533,8 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         const int64_t row = s_end.k_row0 + key; /* varlen views have a batch stride of 0 */
         uint16_t *dk = (uint16_t *)p.dk + (int64_t)b * p.dk_sb + row * p.dk_ss + (int64_t)hk * p.dk_sh + col;
         uint16_t *dv = (uint16_t *)p.dv + (int64_t)b * p.dv_sb + row * p.dv_ss + (int64_t)hk * p.dv_sh + col;
-        *reinterpret_cast<uint32_t *>(dk) = pack2<Cfg::BF16>(dK[i] * p.scale, dK[i + 1] * p.scale);
-        *reinterpret_cast<uint32_t *>(dv) = pack2<Cfg::BF16>(dV[i], dV[i + 1]);
+        *reinterpret_cast<uint32_t *>(dk) = pack2<elem16_t<Cfg::BF16>>(dK[i] * p.scale, dK[i + 1] * p.scale);
+        *reinterpret_cast<uint32_t *>(dv) = pack2<elem16_t<Cfg::BF16>>(dV[i], dV[i + 1]);
     }
 }
 

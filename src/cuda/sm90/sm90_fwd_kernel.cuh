@@ -354,7 +354,7 @@ __device__ __forceinline__ void sm90_pack_p(uint32_t *P, const float *S) {
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = pack2<Cfg::BF16>(S[2 * i], S[2 * i + 1]);
+        for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = pack2<elem16_t<Cfg::BF16>>(S[2 * i], S[2 * i + 1]);
     }
 }
 
@@ -565,7 +565,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             int r = row_in_wg + 8 * h, c = 8 * (i / 4) + quad_col;
             /* 128B swizzle: 16-byte chunk index XOR (row mod 8) */
             uint32_t off = (c / 64) * Cfg::Q_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
-            *reinterpret_cast<uint32_t *>(o_stage + off) = pack2<Cfg::BF16>(O[i] * inv[h], O[i + 1] * inv[h]);
+            *reinterpret_cast<uint32_t *>(o_stage + off) = pack2<elem16_t<Cfg::BF16>>(O[i] * inv[h], O[i + 1] * inv[h]);
         }
         fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
         named_bar_sync(BAR_EPI0 + wg, 128);

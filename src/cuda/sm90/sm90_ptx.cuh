@@ -11,6 +11,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "../elem.cuh" /* pack2, unpack2, elem16_t: the storage type's conversions */
+
 /* 32-bit shared-memory address of a generic pointer into shared memory. */
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -189,28 +191,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* Two floats to one register of two 16-bit values, lo in the low half. */
-template <bool BF16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-    if constexpr (BF16) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo -> lower column */
-        return *reinterpret_cast<uint32_t *>(&v);
-    } else {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-}
-
-/* The inverse of pack2: two 16-bit values to floats (lo -> x). */
-template <bool BF16>
-__device__ __forceinline__ float2 unpack2(uint32_t v) {
-    if constexpr (BF16) {
-        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
-    } else {
-        return __half22float2(*reinterpret_cast<__half2 *>(&v));
-    }
 }
 
 #endif /* FA_SM90_PTX_CUH */
