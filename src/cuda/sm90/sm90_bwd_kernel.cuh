@@ -241,6 +241,18 @@ __device__ __forceinline__ void sm90_bwd_issue_ss(float *acc, uint32_t a_addr, u
     }
 }
 
+/* The same product issued alone and waited for (head dim 256, where each
+ * consumer forms one of S^T and dP^T): acc is the caller's when it returns. */
+template <class Cfg, int N>
+__device__ __forceinline__ void sm90_bwd_ss_sync(float *acc, uint32_t a_addr, uint32_t b_addr, uint32_t b_slab) {
+    fence_regs<N / 2>(acc);
+    wgmma_fence();
+    sm90_bwd_issue_ss<Cfg, N>(acc, a_addr, b_addr, b_slab);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs<N / 2>(acc);
+}
+
 /* acc (64 keys x DKV_N) += A B: A = 64 x BM from registers (P^T or dS^T),
  * B = DKV_N columns of the BM-row tile of dO or Q, MN-major: k-step c is its
  * rows 16c..16c+15, its 64-column slabs Q_SLAB bytes apart. */
@@ -440,12 +452,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
              * dK's with dS^T from shared memory. */
             uint8_t *pt = smem + Cfg::OFF_PT;
             float St[Cfg::BM / 2];
-            fence_regs<Cfg::BM / 2>(St);
-            wgmma_fence();
-            sm90_bwd_issue_ss<Cfg, Cfg::BM>(St, k_addr, q_addr, Cfg::Q_SLAB);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs<Cfg::BM / 2>(St);
+            sm90_bwd_ss_sync<Cfg, Cfg::BM>(St, k_addr, q_addr, Cfg::Q_SLAB);
             sm90_bwd_probs<Cfg>(St, lse2, p, sq, w.n0, m0, key_row, quad_col);
 #pragma unroll
             for (int i = 0; i < Cfg::BM / 2; i += 2) Pa[i / 2] = pack2<elem16_t<Cfg::BF16>>(St[i], St[i + 1]);
@@ -476,12 +483,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
              * warpgroup, dS^T; dV's and dK's columns from registers. */
             const uint8_t *pt = smem + Cfg::OFF_PT;
             float dPt[Cfg::BM / 2];
-            fence_regs<Cfg::BM / 2>(dPt);
-            wgmma_fence();
-            sm90_bwd_issue_ss<Cfg, Cfg::BM>(dPt, v_addr, do_addr, Cfg::Q_SLAB);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs<Cfg::BM / 2>(dPt);
+            sm90_bwd_ss_sync<Cfg, Cfg::BM>(dPt, v_addr, do_addr, Cfg::Q_SLAB);
             named_bar_sync(BWD_BAR_P_READY, 256);
 #pragma unroll
             for (int j = 0; j < Cfg::BM / 4; ++j)
