@@ -85,54 +85,58 @@ __device__ __forceinline__ void wgmma_rs_m64n{n}_e4m3(float *d, const uint32_t *
 '''
 
 
-# Shape-generic entry points: the kernels name a shape by template arguments.
-DISPATCH = '''/* D(64xN) (+)= A B^T, both from shared memory (K-major). */
+def dispatch_chain(kind, ns, args, fp8_ns=None):
+    """The body of a shape-generic entry point: one `if constexpr` per
+    generated (N, type) wrapper, and a compile error for any other N. With
+    fp8_ns, e4m3 inputs (FP8) go to the e4m3 wrappers of those N first."""
+    def allowed(ns):
+        return " || ".join("N == %d" % n for n in ns)
+    lines = []
+    if fp8_ns:
+        lines.append("    if constexpr (FP8) {")
+        lines.append('        static_assert(%s, "wgmma_%s e4m3: no wrapper generated for this N");' % (allowed(fp8_ns), kind))
+        for n in fp8_ns:
+            lines.append("        if constexpr (N == %d) wgmma_%s_m64n%d_e4m3(%s);" % (n, kind, n, args))
+        lines.append("    } else {")
+        indent = "        "
+    else:
+        indent = "    "
+    lines.append('%sstatic_assert(%s, "wgmma_%s: no wrapper generated for this N");' % (indent, allowed(ns), kind))
+    for n in ns:
+        for name, flag in (("bf16", "BF16"), ("f16", "!BF16")):
+            lines.append("%sif constexpr (N == %d && %s) wgmma_%s_m64n%d_%s(%s);" % (indent, n, flag, kind, n, name, args))
+    if fp8_ns:
+        lines.append("    }")
+    return "\n".join(lines)
+
+
+def dispatch():
+    """Shape-generic entry points: the kernels name a shape by template
+    arguments; the N lists are the ones the wrappers above were made from."""
+    ss_args, rs_args = "d, da, db, accumulate", "d, a, db, accumulate"
+    return f'''/* D(64xN) (+)= A B^T, both from shared memory (K-major). */
 template <int N, bool BF16, bool FP8>
-__device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int accumulate) {
-    if constexpr (FP8) {
-        static_assert(N == 128, "e4m3 SS: N = 128");
-        wgmma_ss_m64n128_e4m3(d, da, db, accumulate);
-        return;
-    }
-    if constexpr (N == 64 && BF16) wgmma_ss_m64n64_bf16(d, da, db, accumulate);
-    if constexpr (N == 64 && !BF16) wgmma_ss_m64n64_f16(d, da, db, accumulate);
-    if constexpr (N == 128 && BF16) wgmma_ss_m64n128_bf16(d, da, db, accumulate);
-    if constexpr (N == 128 && !BF16) wgmma_ss_m64n128_f16(d, da, db, accumulate);
-}
+__device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int accumulate) {{
+{dispatch_chain("ss", SS_N, ss_args, FP8_SS_N)}
+}}
 
 /* D(64xN) (+)= A B, A from registers, B from shared memory (MN-major; K-major for e4m3). */
 template <int N, bool BF16, bool FP8>
-__device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int accumulate) {
-    if constexpr (FP8) {
-        static_assert(N == 128, "e4m3 RS: N = 128");
-        wgmma_rs_m64n128_e4m3(d, a, db, accumulate);
-        return;
-    }
-    if constexpr (N == 64 && BF16) wgmma_rs_m64n64_bf16(d, a, db, accumulate);
-    if constexpr (N == 64 && !BF16) wgmma_rs_m64n64_f16(d, a, db, accumulate);
-    if constexpr (N == 128 && BF16) wgmma_rs_m64n128_bf16(d, a, db, accumulate);
-    if constexpr (N == 128 && !BF16) wgmma_rs_m64n128_f16(d, a, db, accumulate);
-    if constexpr (N == 256 && BF16) wgmma_rs_m64n256_bf16(d, a, db, accumulate);
-    if constexpr (N == 256 && !BF16) wgmma_rs_m64n256_f16(d, a, db, accumulate);
-}
+__device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int accumulate) {{
+{dispatch_chain("rs", RS_N, rs_args, FP8_RS_N)}
+}}
 
 /* D(64xN) (+)= A B, both from shared memory, A K-major, B MN-major. */
 template <int N, bool BF16>
-__device__ __forceinline__ void wgmma_ss_kt(float *d, uint64_t da, uint64_t db, int accumulate) {
-    static_assert(N == 128, "SS with B MN-major: N = 128");
-    if constexpr (BF16) wgmma_ss_kt_m64n128_bf16(d, da, db, accumulate);
-    else wgmma_ss_kt_m64n128_f16(d, da, db, accumulate);
-}
+__device__ __forceinline__ void wgmma_ss_kt(float *d, uint64_t da, uint64_t db, int accumulate) {{
+{dispatch_chain("ss_kt", SS_KT_N, ss_args)}
+}}
 
 /* D(64xN) (+)= A B, both from shared memory, both MN-major. */
 template <int N, bool BF16>
-__device__ __forceinline__ void wgmma_ss_tt(float *d, uint64_t da, uint64_t db, int accumulate) {
-    if constexpr (N == 64 && BF16) wgmma_ss_tt_m64n64_bf16(d, da, db, accumulate);
-    if constexpr (N == 64 && !BF16) wgmma_ss_tt_m64n64_f16(d, da, db, accumulate);
-    if constexpr (N == 128 && BF16) wgmma_ss_tt_m64n128_bf16(d, da, db, accumulate);
-    if constexpr (N == 128 && !BF16) wgmma_ss_tt_m64n128_f16(d, da, db, accumulate);
-}
-
+__device__ __forceinline__ void wgmma_ss_tt(float *d, uint64_t da, uint64_t db, int accumulate) {{
+{dispatch_chain("ss_tt", SS_TT_N, ss_args)}
+}}
 '''
 
 
@@ -162,7 +166,7 @@ def main():
         out.append(ss_fp8(n))
     for n in FP8_RS_N:
         out.append(rs_fp8(n))
-    out.append(DISPATCH)
+    out.append(dispatch())
     out.append("#endif /* FA_SM90_WGMMA_CUH */\n")
     with open("sm90_wgmma.cuh", "w") as f:
         f.write("\n".join(out))

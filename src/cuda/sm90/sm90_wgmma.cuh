@@ -313,48 +313,50 @@ __device__ __forceinline__ void wgmma_rs_m64n128_e4m3(float *d, const uint32_t *
 template <int N, bool BF16, bool FP8>
 __device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int accumulate) {
     if constexpr (FP8) {
-        static_assert(N == 128, "e4m3 SS: N = 128");
-        wgmma_ss_m64n128_e4m3(d, da, db, accumulate);
-        return;
+        static_assert(N == 128, "wgmma_ss e4m3: no wrapper generated for this N");
+        if constexpr (N == 128) wgmma_ss_m64n128_e4m3(d, da, db, accumulate);
+    } else {
+        static_assert(N == 64 || N == 128, "wgmma_ss: no wrapper generated for this N");
+        if constexpr (N == 64 && BF16) wgmma_ss_m64n64_bf16(d, da, db, accumulate);
+        if constexpr (N == 64 && !BF16) wgmma_ss_m64n64_f16(d, da, db, accumulate);
+        if constexpr (N == 128 && BF16) wgmma_ss_m64n128_bf16(d, da, db, accumulate);
+        if constexpr (N == 128 && !BF16) wgmma_ss_m64n128_f16(d, da, db, accumulate);
     }
-    if constexpr (N == 64 && BF16) wgmma_ss_m64n64_bf16(d, da, db, accumulate);
-    if constexpr (N == 64 && !BF16) wgmma_ss_m64n64_f16(d, da, db, accumulate);
-    if constexpr (N == 128 && BF16) wgmma_ss_m64n128_bf16(d, da, db, accumulate);
-    if constexpr (N == 128 && !BF16) wgmma_ss_m64n128_f16(d, da, db, accumulate);
 }
 
 /* D(64xN) (+)= A B, A from registers, B from shared memory (MN-major; K-major for e4m3). */
 template <int N, bool BF16, bool FP8>
 __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int accumulate) {
     if constexpr (FP8) {
-        static_assert(N == 128, "e4m3 RS: N = 128");
-        wgmma_rs_m64n128_e4m3(d, a, db, accumulate);
-        return;
+        static_assert(N == 128, "wgmma_rs e4m3: no wrapper generated for this N");
+        if constexpr (N == 128) wgmma_rs_m64n128_e4m3(d, a, db, accumulate);
+    } else {
+        static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: no wrapper generated for this N");
+        if constexpr (N == 64 && BF16) wgmma_rs_m64n64_bf16(d, a, db, accumulate);
+        if constexpr (N == 64 && !BF16) wgmma_rs_m64n64_f16(d, a, db, accumulate);
+        if constexpr (N == 128 && BF16) wgmma_rs_m64n128_bf16(d, a, db, accumulate);
+        if constexpr (N == 128 && !BF16) wgmma_rs_m64n128_f16(d, a, db, accumulate);
+        if constexpr (N == 256 && BF16) wgmma_rs_m64n256_bf16(d, a, db, accumulate);
+        if constexpr (N == 256 && !BF16) wgmma_rs_m64n256_f16(d, a, db, accumulate);
     }
-    if constexpr (N == 64 && BF16) wgmma_rs_m64n64_bf16(d, a, db, accumulate);
-    if constexpr (N == 64 && !BF16) wgmma_rs_m64n64_f16(d, a, db, accumulate);
-    if constexpr (N == 128 && BF16) wgmma_rs_m64n128_bf16(d, a, db, accumulate);
-    if constexpr (N == 128 && !BF16) wgmma_rs_m64n128_f16(d, a, db, accumulate);
-    if constexpr (N == 256 && BF16) wgmma_rs_m64n256_bf16(d, a, db, accumulate);
-    if constexpr (N == 256 && !BF16) wgmma_rs_m64n256_f16(d, a, db, accumulate);
 }
 
 /* D(64xN) (+)= A B, both from shared memory, A K-major, B MN-major. */
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_kt(float *d, uint64_t da, uint64_t db, int accumulate) {
-    static_assert(N == 128, "SS with B MN-major: N = 128");
-    if constexpr (BF16) wgmma_ss_kt_m64n128_bf16(d, da, db, accumulate);
-    else wgmma_ss_kt_m64n128_f16(d, da, db, accumulate);
+    static_assert(N == 128, "wgmma_ss_kt: no wrapper generated for this N");
+    if constexpr (N == 128 && BF16) wgmma_ss_kt_m64n128_bf16(d, da, db, accumulate);
+    if constexpr (N == 128 && !BF16) wgmma_ss_kt_m64n128_f16(d, da, db, accumulate);
 }
 
 /* D(64xN) (+)= A B, both from shared memory, both MN-major. */
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_tt(float *d, uint64_t da, uint64_t db, int accumulate) {
+    static_assert(N == 64 || N == 128, "wgmma_ss_tt: no wrapper generated for this N");
     if constexpr (N == 64 && BF16) wgmma_ss_tt_m64n64_bf16(d, da, db, accumulate);
     if constexpr (N == 64 && !BF16) wgmma_ss_tt_m64n64_f16(d, da, db, accumulate);
     if constexpr (N == 128 && BF16) wgmma_ss_tt_m64n128_bf16(d, da, db, accumulate);
     if constexpr (N == 128 && !BF16) wgmma_ss_tt_m64n128_f16(d, da, db, accumulate);
 }
-
 
 #endif /* FA_SM90_WGMMA_CUH */
