@@ -24,7 +24,7 @@ template <bool BF16> using Sm90BwdCfgD64 = Sm90BwdConfig<64, 128, BF16>;
 template <bool BF16> using Sm90BwdCfgD128 = Sm90BwdConfig<128, 64, BF16>;
 template <bool BF16> using Sm90BwdCfgD256 = Sm90BwdConfig<256, 64, BF16>;
 
-static int bwd_padded_head_dim(const fa_problem *p) { return p->D <= 64 ? 64 : p->D <= 128 ? 128 : 256; }
+static int bwd_padded_head_dim(const fa_problem *p) { return sm90_padded_head_dim(p->D); }
 static int bwd_block_m(const fa_problem *p) { return bwd_padded_head_dim(p) == 64 ? 128 : 64; }
 static int bwd_block_n(const fa_problem *p) { return bwd_padded_head_dim(p) == 256 ? 64 : 128; }
 /* query rows rounded up to whole blocks */
@@ -138,7 +138,7 @@ static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams 
 
 extern "C" int fa_sm90_bwd_supports(const fa_problem *p) {
     if (p->dtype != FA_BF16 && p->dtype != FA_F16) return 0;
-    if (p->D != p->Dv || p->D % 8 || p->D < 8 || p->D > 256) return 0;
+    if (p->D != p->Dv || !sm90_head_dim_ok(p->D)) return 0;
     if (p->seqlens_k || p->block_table || p->k_new.data) return 0;
     if (!p->cu_seqlens_q != !p->cu_seqlens_k) return 0;
     /* varlen: packed row coordinates (first row + offset in the sequence) stay in int */

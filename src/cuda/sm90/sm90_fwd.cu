@@ -25,12 +25,6 @@ template <bool BF16> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2>;
 template <bool BF16> using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2>; /* O staged in the Q buffer */
 using Sm90CfgF8D128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;               /* e4m3 in, bf16 out */
 
-/* Head dims run on the kernel of the next size up (64, 128, 256): TMA
- * zero-fills the missing columns on load and clips them on store. A multiple
- * of 8 keeps rows 16-byte aligned. */
-static int sm90_head_dim_ok(int64_t d) { return d >= 8 && d <= 256 && d % 8 == 0; }
-static int sm90_padded_head_dim(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
-
 static sm90_variant sm90_pick(const fa_problem *p) {
     if (p->dtype == FA_F8_E4M3) return SM90_F8_D128;
     switch (sm90_padded_head_dim(p->D)) {

@@ -1,7 +1,7 @@
 /*
- * Host helpers shared by the Hopper forward and backward: TMA tensor maps
- * over the library's (batch, seq, head, dim) views, and the SM count that
- * sizes persistent grids.
+ * Host helpers shared by the Hopper forward and backward: the head dims the
+ * kernels take, TMA tensor maps over the library's (batch, seq, head, dim)
+ * views, and the SM count that sizes persistent grids.
  */
 #ifndef FA_SM90_HOST_CUH
 #define FA_SM90_HOST_CUH
@@ -12,6 +12,12 @@
 #include <stdint.h>
 
 #include "backend.h"
+
+/* Head dims run on the kernel of the next size up (64, 128, 256): TMA
+ * zero-fills the missing columns on load and clips them on store. A multiple
+ * of 8 keeps rows 16-byte aligned. */
+static inline int sm90_head_dim_ok(int64_t d) { return d >= 8 && d <= 256 && d % 8 == 0; }
+static inline int sm90_padded_head_dim(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 
 /* cuTensorMapEncodeTiled, reached through the runtime so nothing links -lcuda. */
 static inline PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
