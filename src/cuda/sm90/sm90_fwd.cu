@@ -19,7 +19,7 @@
  * consumers share the tensor cores there, except for short masked problems
  * where 192-row tiles leave the machine unbalanced. */
 enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_D128 };
-template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3>;
+template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 template <bool BF16> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2>;
 template <bool BF16> using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2>; /* O staged in the Q buffer */

@@ -11,9 +11,12 @@
  * block comes first) a consumer issues S = Q K^T (SS wgmma) and, in the same
  * turn, O += P V for the previous block (RS wgmma, P straight from registers),
  * then does the online softmax of S while P V is still running on the tensor
- * cores. The consumers take turns issuing (one named barrier each, passed
- * round), so one warpgroup's softmax hides under the others' GEMMs. The
- * epilogue stages O in swizzled shared memory and writes it with a TMA store.
+ * cores. O's rescale to a moved max is done inside the turn, between the two
+ * issues, so it runs under Q K^T. The consumers take turns issuing (one named
+ * barrier each, passed round), so one warpgroup's softmax hides under the
+ * others' GEMMs. The epilogue stages O in swizzled shared memory and writes it
+ * with a TMA store; with two Q buffers (JOIN) the next tile's first Q K^T is
+ * issued in the turn of this tile's last P V, ahead of the epilogue.
  *
  * wgmma m64nN accumulator layout (f32), thread t of the warpgroup, warp
  * w = t/32, g = (t%32)/4, q = t%4: register i holds
@@ -60,7 +63,7 @@ struct Sm90FwdParams {
 };
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
-template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false>
+template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false>
 struct Sm90FwdConfig {
     static constexpr int D = D_;           /* head dim (= Dv) */
     static constexpr int CONSUMERS = CONSUMERS_; /* consumer warpgroups, 64 query rows each */
@@ -88,15 +91,26 @@ struct Sm90FwdConfig {
      * the next Q load waits for the store to drain). */
     static constexpr bool O_IN_Q = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
     static_assert(!O_IN_Q || O_BYTES <= Q_BYTES, "O staged in the Q buffer must fit there");
+    /* JOIN: two Q buffers, so the next tile's Q is resident before this
+     * tile's last P V and its first Q K^T goes out in the same turn
+     * (docs/perf/sm90.md, item 17: a gain with three consumers only). */
+    static constexpr int SMEM_LIMIT = 227 * 1024; /* per CTA on sm_90 */
+    static constexpr int Q_BUFS = JOIN_ ? 2 : 1;
+    static_assert(!JOIN_ || !O_IN_Q, "the tile-boundary join needs O staged apart from Q");
+    /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
+     * is issued and before its P V (the FMULs then run under Q K^T), or right
+     * after the softmax. e4m3's Q K^T is too short to cover them (item 18). */
+    static constexpr bool RESCALE_IN_TURN = !FP8;
 
     static constexpr int OFF_Q = 0;
-    static constexpr int OFF_K = OFF_Q + Q_BYTES;
+    static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = O_IN_Q ? OFF_Q : OFF_V + STAGES * KV_BYTES;
     static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + (O_IN_Q ? 0 : O_BYTES);
-    static constexpr int NUM_BARS = 2 + 4 * STAGES;
+    static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
     /* + 1024 so the base can be rounded up to the swizzle atom. */
     static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024;
+    static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared memory plan exceeds the per-CTA limit");
 
     /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */
     static constexpr int P_REGS = FP8 ? BN / 8 : BN / 4;
@@ -180,26 +194,27 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
 
 template <class Cfg>
 __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
-    uint64_t *q_full = bars, *q_empty = bars + 1;
-    uint64_t *k_full = bars + 2, *k_empty = k_full + Cfg::STAGES;
+    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
+    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     tma_prefetch_map(&p.tm_q);
     tma_prefetch_map(&p.tm_k);
     tma_prefetch_map(&p.tm_v);
     tma_prefetch_map(&p.tm_o);
     uint32_t it = 0, tile_iter = 0;
-    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+    for (int t = blockIdx.x; t < p.num_tiles; t += grid_ctas()) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
         if (!sm90_tile_live<Cfg>(tile)) continue;
         if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
         int kv_head = tile.head / p.q_per_kv;
         /* A fresh barrier counts as having completed the phase before phase 0,
          * so the first wait on an "empty" barrier uses parity 1 and passes. */
-        mbar_wait(q_empty, (tile_iter & 1) ^ 1);
-        mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+        const uint32_t qb = tile_iter % Cfg::Q_BUFS;
+        mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
+        mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
         for (int s = 0; s < Cfg::SLABS; ++s)
-            tma_load_4d(smem + Cfg::OFF_Q + s * Cfg::Q_SLAB, &p.tm_q, q_full, s * Cfg::BOX_COLS,
-                        tile.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.map_b);
+            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
+                        s * Cfg::BOX_COLS, tile.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.map_b);
         /* Varlen: a block straddling the sequence end also loads the next
          * sequence's first keys (or zeros past the tensor); the consumers mask
          * them, and their V rows meet P = 0. */
@@ -328,6 +343,22 @@ __device__ __forceinline__ void sm90_softmax_block(float *S, float *row_max, flo
     row_sum[1] = row_sum[1] * rescale[1] + (sum[1][0] + sum[1][1]);
 }
 
+/* O to a row max that moved: rescale[h] multiplies the rows of half h (the
+ * thread's rows g and g + 8). Skipped for a half of the warp's rows (8 rows)
+ * where no max moved: once the first blocks have passed, a max rarely moves. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_rescale_o(float *O, const float *rescale) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        if (__any_sync(0xffffffffu, rescale[h] != 1.f)) {
+#pragma unroll
+            for (int i = 2 * h; i < Cfg::D / 2; i += 4) {
+                O[i] *= rescale[h];
+                O[i + 1] *= rescale[h];
+            }
+        }
+}
+
 /* Two floats to two e4m3 bytes, lo in the low byte (saturating to +-448). */
 __device__ __forceinline__ uint32_t pack2_e4m3(float lo, float hi) {
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
@@ -406,15 +437,142 @@ __device__ __forceinline__ float *sm90_lse_at(const Sm90FwdParams &p, const Sm90
 
 /* ---- consumer ---------------------------------------------------------------- */
 
+/* The first tile at or after t (stepping by the grid) with a visible key, or
+ * p.num_tiles. Tiles passed on the way are finished here: a varlen sequence's
+ * surplus tiles need nothing, tiles with no visible key get zero rows and
+ * lse = -inf. The producer skips the same tiles. */
+template <class Cfg>
+__device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t, int wg, int tid) {
+    for (; t < p.num_tiles; t += gridDim.x) {
+        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
+        if (!sm90_tile_live<Cfg>(tile)) continue;
+        if (tile.n_hi > tile.n_lo) return t;
+        sm90_store_zero_rows<Cfg>(p, tile, wg, tid);
+        const int lane = tid % 32, row0 = tile.m_block * Cfg::BM + wg * 64 + (tid / 32) * 16 + lane / 4;
+        if (p.lse && lane % 4 == 0)
+            for (int h = 0; h < 2; ++h)
+                if (row0 + 8 * h < tile.seq_q) *sm90_lse_at(p, tile, row0 + 8 * h) = -INFINITY;
+    }
+    return p.num_tiles;
+}
+
+/* What the softmax of one tile needs per thread: the visible keys
+ * [key_lo, key_hi) of the thread's two rows, and the logit scales. */
+struct Sm90RowSetup {
+    int key_lo[2], key_hi[2];
+    float s_log2, cap_pre; /* S * s_log2: base-2 logits; softcap: tanh(S * cap_pre) first (0: off) */
+};
+
+template <class Cfg>
+__device__ __forceinline__ Sm90RowSetup sm90_row_setup(const Sm90FwdParams &p, const Sm90Tile &tile, int wg,
+                                                       int row_in_wg) {
+    Sm90RowSetup r;
+    /* keys past the sequence end (another sequence's, in a varlen block) are hidden */
+    const int row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg; /* rows row0, row0 + 8 of the sequence */
+    for (int h = 0; h < 2; ++h) {
+        int64_t c = (int64_t)row0 + 8 * h + tile.diag_off;
+        r.key_lo[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c - p.window_left));
+        r.key_hi[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c + p.window_right + 1));
+    }
+    r.s_log2 = p.scale_log2;
+    r.cap_pre = p.softcap_pre;
+    if constexpr (Cfg::FP8) { /* e4m3: the q and k descales scale the logits (inside the softcap) */
+        int i = tile.batch * p.hk + tile.head / p.q_per_kv;
+        float qk = (p.q_descale ? p.q_descale[i] : 1.f) * (p.k_descale ? p.k_descale[i] : 1.f);
+        if (r.cap_pre != 0.f)
+            r.cap_pre *= qk;
+        else
+            r.s_log2 *= qk;
+    }
+    return r;
+}
+
+/* Softcap, mask and online softmax of kv block n, whose raw scores are in S. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
+                                                     float *row_max, float *row_sum, float *rescale, int quad_col) {
+    if (r.cap_pre != 0.f)
+        for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * r.cap_pre);
+    if (sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi)) sm90_mask_block<Cfg>(S, p, n, r.key_lo, r.key_hi, quad_col);
+    sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, r.s_log2);
+}
+
+/* Normalise this warpgroup's 64 rows of O, write their lse, stage them in
+ * swizzled shared memory and store them (TMA, or row by row at the end of a
+ * varlen sequence). The tile is decoded again rather than kept in registers
+ * through the main loop (head dim 256 has none to spare). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, int t, const float *O, const float *row_max,
+                                              const float *row_sum, float s_log2, uint8_t *o_stage,
+                                              uint64_t *q_empty, int wg, int tid) {
+    const int lane = tid % 32, row_in_wg = (tid / 32) * 16 + lane / 4, quad_col = 2 * (lane % 4);
+    const Sm90Tile tile = sm90_decode_tile<Cfg>(p, opaque_int(t));
+    const int row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg;
+    float inv[2];
+    for (int h = 0; h < 2; ++h) {
+        float l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[h] = l > 0.f ? 1.f / l : 0.f; /* row with no visible key: out 0 */
+        if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
+            if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
+        int r = row0 + 8 * h;
+        if (p.lse && lane % 4 == 0 && r < tile.seq_q) {
+            float lse = l > 0.f ? (row_max[h] * s_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
+            *sm90_lse_at(p, tile, r) = lse;
+        }
+    }
+    if (!Cfg::O_IN_Q) {
+        /* The previous tile's store must have finished reading the staging buffer. */
+        if (tid == 0) tma_store_wait_read();
+        named_bar_sync(BAR_EPI0 + wg, 128);
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::D / 2; i += 2) {
+        int h = (i / 2) % 2;
+        int r = row_in_wg + 8 * h, c = 8 * (i / 4) + quad_col;
+        /* 128B swizzle: 16-byte chunk index XOR (row mod 8) */
+        uint32_t off = (c / 64) * Cfg::Q_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+        *reinterpret_cast<uint32_t *>(o_stage + off) = pack2<elem16_t<Cfg::BF16>>(O[i] * inv[h], O[i + 1] * inv[h]);
+    }
+    fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
+    named_bar_sync(BAR_EPI0 + wg, 128);
+    const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq_q - wg_row0);
+    if (Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64) {
+        /* Last rows of a varlen sequence: the map's row bound is the packed
+         * tensor's, not the sequence's, so store row by row. */
+        if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
+        if (Cfg::O_IN_Q) {
+            named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read the staging (= Q) buffer */
+            if (tid == 0) mbar_arrive(q_empty);
+        }
+    } else if (tid == 0) {
+        for (int s = 0; s < Cfg::O_SLABS; ++s)
+            tma_store_4d(&p.tm_o, o_stage + s * Cfg::Q_SLAB, s * 64, tile.q_row0 + wg_row0, tile.head, tile.map_b);
+        tma_store_commit();
+        if (Cfg::O_IN_Q) {
+            tma_store_wait_read(); /* staging aliases Q: drain before the next Q load */
+            mbar_arrive(q_empty);
+        }
+    }
+}
+
+/*
+ * A consumer warpgroup walks its CTA's tiles as one stream of kv blocks. Per
+ * block it takes one turn at the tensor cores: S of this block and P V of the
+ * block before. At a tile boundary the turn holds the old tile's last P V and
+ * (with two Q buffers) the new tile's first S; the old tile's epilogue then
+ * runs while that S is computed, so the tensor cores see no gap between tiles.
+ */
 template <class Cfg>
 __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int wg) {
-    uint64_t *q_full = bars, *q_empty = bars + 1;
-    uint64_t *k_full = bars + 2, *k_empty = k_full + Cfg::STAGES;
+    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
+    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
     const int quad_col = 2 * (lane % 4);
     const int row_in_wg = warp * 16 + lane / 4; /* and row_in_wg + 8 */
-    const uint32_t q_addr = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * 128;
+    const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * 128;
     const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
     uint8_t *o_stage = smem + Cfg::OFF_O + wg * 64 * 128; /* this warpgroup's 64 rows of each slab */
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
@@ -422,169 +580,118 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     constexpr int TURN_THREADS = 256; /* the warpgroup waiting + the one handing over */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
 
-    if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
-
-    uint32_t it = 0, tile_iter = 0;
-    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
-        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
-        if (!sm90_tile_live<Cfg>(tile)) continue;
-        int row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg; /* query rows row0, row0+8 of the sequence */
-        if (tile.n_hi <= tile.n_lo) {
-            sm90_store_zero_rows<Cfg>(p, tile, wg, tid);
-            if (p.lse && lane % 4 == 0)
-                for (int h = 0; h < 2; ++h)
-                    if (row0 + 8 * h < tile.seq_q) *sm90_lse_at(p, tile, row0 + 8 * h) = -INFINITY;
-            continue;
-        }
-        /* Visible keys [key_lo, key_hi) of this thread's two rows; keys past
-         * the sequence end (another sequence's, in a varlen block) are hidden. */
-        int key_lo[2], key_hi[2];
-        for (int h = 0; h < 2; ++h) {
-            int64_t c = (int64_t)row0 + 8 * h + tile.diag_off;
-            key_lo[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c - p.window_left));
-            key_hi[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c + p.window_right + 1));
-        }
-
-        /* e4m3: the q and k descales scale the logits (inside the softcap) */
-        float s_log2 = p.scale_log2, cap_pre = p.softcap_pre;
-        if constexpr (Cfg::FP8) {
-            int i = tile.batch * p.hk + tile.head / p.q_per_kv;
-            float qk = (p.q_descale ? p.q_descale[i] : 1.f) * (p.k_descale ? p.k_descale[i] : 1.f);
-            if (cap_pre != 0.f)
-                cap_pre *= qk;
-            else
-                s_log2 *= qk;
-        }
+    int t = sm90_next_work_tile<Cfg>(p, blockIdx.x, wg, tid);
+    if (t < p.num_tiles) {
+        if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
 
         float O[Cfg::D / 2];
         float S[Cfg::BN / 2];
         uint32_t P[Cfg::P_REGS];
-        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
+        float row_max[2], row_sum[2], rescale[2];
+        uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
+        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
+        Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, row_in_wg);
 
-        mbar_wait(q_full, tile_iter & 1);
-
-        /* First (highest) kv block: S only, nothing to overlap with yet. */
-        int n = tile.n_hi - 1;
-        uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
-        mbar_wait(&k_full[stage], parity);
+        /* The first tile's first S: a turn of its own. */
+        mbar_wait(&q_full[0], 0);
+        mbar_wait(&k_full[0], 0);
         named_bar_sync(my_turn, TURN_THREADS);
-        sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
+        sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)q_base), k_base);
         named_bar_arrive(next_turn, TURN_THREADS);
-        wgmma_wait<0>();
-        fence_regs<Cfg::BN / 2>(S);
-        if (tid == 0) mbar_arrive(&k_empty[stage]);
-        if (cap_pre != 0.f)
-            for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * cap_pre);
-        if (sm90_block_masked<Cfg>(n, key_lo, key_hi)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
-        sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, s_log2);
-        sm90_pack_p<Cfg>(P, S);
-        uint32_t prev_stage = stage, prev_parity = parity;
-        ++it;
-        int o_started = 0;
 
-        /* Steady state: S_n = Q K_n^T and O += P_{n+1} V_{n+1} in one turn; the
-         * softmax of S_n runs while P V is still on the tensor cores. */
-        for (n = tile.n_hi - 2; n >= tile.n_lo; --n, ++it) {
-            stage = it % Cfg::STAGES;
-            parity = (it / Cfg::STAGES) & 1;
-            mbar_wait(&k_full[stage], parity);
-            named_bar_sync(my_turn, TURN_THREADS);
-            sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
-            mbar_wait(&v_full[prev_stage], prev_parity);
-            sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
-            named_bar_arrive(next_turn, TURN_THREADS);
-            wgmma_wait<1>(); /* S done; P V may still run */
+        for (;;) {
+            const uint32_t qb = tile_iter % Cfg::Q_BUFS;
+            /* opaque: the Q descriptors are then rebuilt per tile, not held in
+             * registers across the whole tile loop */
+            const uint32_t q_addr = (uint32_t)opaque_int((int)(q_base + qb * Cfg::Q_BYTES));
+            /* This tile's first (highest) kv block: its S was issued in an
+             * earlier turn; nothing to overlap with until the next turn. */
+            int n = tile.n_hi - 1;
+            uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
+            wgmma_wait<0>();
             fence_regs<Cfg::BN / 2>(S);
             if (tid == 0) mbar_arrive(&k_empty[stage]);
-            if (cap_pre != 0.f)
-                for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * cap_pre);
-            if (sm90_block_masked<Cfg>(n, key_lo, key_hi)) sm90_mask_block<Cfg>(S, p, n, key_lo, key_hi, quad_col);
-            sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, s_log2);
-            wgmma_wait<0>(); /* P V done: O and P are ours again */
+            row_max[0] = row_max[1] = -INFINITY;
+            row_sum[0] = row_sum[1] = 0.f;
+            sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
+            sm90_pack_p<Cfg>(P, S);
+            uint32_t prev_stage = stage, prev_parity = parity;
+            ++it;
+            int o_started = 0;
+
+            /* Steady state: S_n = Q K_n^T and O += P_{n+1} V_{n+1} in one turn; the
+             * softmax of S_n runs while P V is still on the tensor cores. */
+            for (n = tile.n_hi - 2; n >= tile.n_lo; --n, ++it) {
+                stage = it % Cfg::STAGES;
+                parity = (it / Cfg::STAGES) & 1;
+                mbar_wait(&k_full[stage], parity);
+                named_bar_sync(my_turn, TURN_THREADS);
+                sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
+                /* O to the max of block n + 1 while Q K^T runs: off the path
+                 * from the softmax to this turn */
+                if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
+                mbar_wait(&v_full[prev_stage], prev_parity);
+                sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
+                named_bar_arrive(next_turn, TURN_THREADS);
+                wgmma_wait<1>(); /* S done; P V may still run */
+                fence_regs<Cfg::BN / 2>(S);
+                if (tid == 0) mbar_arrive(&k_empty[stage]);
+                sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
+                wgmma_wait<0>(); /* P V done: O and P are ours again */
+                fence_regs<Cfg::D / 2>(O);
+                if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
+                if (!Cfg::RESCALE_IN_TURN) sm90_rescale_o<Cfg>(O, rescale);
+                sm90_pack_p<Cfg>(P, S);
+                o_started = 1;
+                prev_stage = stage;
+                prev_parity = parity;
+            }
+
+            /* Q's last reader, the tile's last S GEMM, has completed: free Q for
+             * a later tile's load while this P V and the epilogue run (unless O
+             * is staged in Q's buffer). */
+            if (!Cfg::O_IN_Q && tid == 0) mbar_arrive(&q_empty[qb]);
+
+            /* The last P V. With two Q buffers the next tile's first S joins the
+             * turn (its Q is in the other buffer). After the CTA's last tile that
+             * S runs on stale data and is dropped: the turn is then the same on
+             * every path, as ptxas needs to keep the wgmma pipeline open. */
+            int t_next = p.num_tiles;
+            if constexpr (Cfg::Q_BUFS == 2) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid);
+            const uint32_t next_qb = (tile_iter + 1) % Cfg::Q_BUFS;
+            const uint32_t next_q_parity = ((tile_iter + 1) / Cfg::Q_BUFS) & 1;
+            mbar_wait(&v_full[prev_stage], prev_parity);
+            if (Cfg::Q_BUFS == 2 && t_next < p.num_tiles) {
+                mbar_wait(&q_full[next_qb], next_q_parity);
+                mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
+            }
+            named_bar_sync(my_turn, TURN_THREADS);
+            if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
+            sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
+            if constexpr (Cfg::Q_BUFS == 2)
+                sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)(q_base + next_qb * Cfg::Q_BYTES)),
+                                   k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
+            named_bar_arrive(next_turn, TURN_THREADS);
+            wgmma_wait<Cfg::Q_BUFS - 1>(); /* P V done (the next S may still run) */
             fence_regs<Cfg::D / 2>(O);
             if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
-            /* O to the new max, skipped where no row of the half moved: once the
-             * first blocks have passed, a max rarely moves */
-#pragma unroll
-            for (int h = 0; h < 2; ++h) /* each half of the warp's rows (8 each) on its own */
-                if (__any_sync(0xffffffffu, rescale[h] != 1.f)) {
-#pragma unroll
-                    for (int i = 2 * h; i < Cfg::D / 2; i += 4) {
-                        O[i] *= rescale[h];
-                        O[i + 1] *= rescale[h];
-                    }
-                }
-            sm90_pack_p<Cfg>(P, S);
-            o_started = 1;
-            prev_stage = stage;
-            prev_parity = parity;
-        }
 
-        /* Q's last reader, the tile's last S GEMM, has completed: free Q for
-         * the next tile's load while this P V and the epilogue run (unless O
-         * is staged in Q's buffer). */
-        if (!Cfg::O_IN_Q && tid == 0) mbar_arrive(q_empty);
-
-        /* Last P V. */
-        mbar_wait(&v_full[prev_stage], prev_parity);
-        named_bar_sync(my_turn, TURN_THREADS);
-        sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
-        named_bar_arrive(next_turn, TURN_THREADS);
-        wgmma_wait<0>();
-        fence_regs<Cfg::D / 2>(O);
-        if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
-        ++tile_iter;
-
-        /* ---- epilogue: normalise, log-sum-exp, stage O, TMA store ---- */
-        /* Decode the tile again rather than keep its fields in registers
-         * through the main loop (head dim 256 has none to spare). */
-        tile = sm90_decode_tile<Cfg>(p, opaque_int(t));
-        row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg;
-        float inv[2];
-        for (int h = 0; h < 2; ++h) {
-            float l = row_sum[h];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            inv[h] = l > 0.f ? 1.f / l : 0.f; /* row with no visible key: out 0 */
-            if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
-                if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
-            int r = row0 + 8 * h;
-            if (p.lse && lane % 4 == 0 && r < tile.seq_q) {
-                float lse = l > 0.f ? (row_max[h] * s_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
-                *sm90_lse_at(p, tile, r) = lse;
+            sm90_epilogue<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, o_stage, &q_empty[qb], wg, tid);
+            ++tile_iter;
+            if constexpr (Cfg::Q_BUFS == 1) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid);
+            if (t_next >= p.num_tiles) {
+                wgmma_wait<0>(); /* the dropped S */
+                break;
             }
-        }
-        if (!Cfg::O_IN_Q) {
-            /* The previous tile's store must have finished reading the staging buffer. */
-            if (tid == 0) tma_store_wait_read();
-            named_bar_sync(BAR_EPI0 + wg, 128);
-        }
-#pragma unroll
-        for (int i = 0; i < Cfg::D / 2; i += 2) {
-            int h = (i / 2) % 2;
-            int r = row_in_wg + 8 * h, c = 8 * (i / 4) + quad_col;
-            /* 128B swizzle: 16-byte chunk index XOR (row mod 8) */
-            uint32_t off = (c / 64) * Cfg::Q_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
-            *reinterpret_cast<uint32_t *>(o_stage + off) = pack2<elem16_t<Cfg::BF16>>(O[i] * inv[h], O[i + 1] * inv[h]);
-        }
-        fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
-        named_bar_sync(BAR_EPI0 + wg, 128);
-        const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq_q - wg_row0);
-        if (Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64) {
-            /* Last rows of a varlen sequence: the map's row bound is the packed
-             * tensor's, not the sequence's, so store row by row. */
-            if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
-            if (Cfg::O_IN_Q) {
-                named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read the staging (= Q) buffer */
-                if (tid == 0) mbar_arrive(q_empty);
-            }
-        } else if (tid == 0) {
-            for (int s = 0; s < Cfg::O_SLABS; ++s)
-                tma_store_4d(&p.tm_o, o_stage + s * Cfg::Q_SLAB, s * 64, tile.q_row0 + wg_row0, tile.head, tile.map_b);
-            tma_store_commit();
-            if (Cfg::O_IN_Q) {
-                tma_store_wait_read(); /* staging aliases Q: drain before the next Q load */
-                mbar_arrive(q_empty);
+            t = t_next;
+            tile = sm90_decode_tile<Cfg>(p, t);
+            rows = sm90_row_setup<Cfg>(p, tile, wg, row_in_wg);
+            if constexpr (Cfg::Q_BUFS == 1) { /* the next S gets a turn of its own */
+                mbar_wait(&q_full[0], tile_iter & 1);
+                mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
+                named_bar_sync(my_turn, TURN_THREADS);
+                sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)q_base), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
+                named_bar_arrive(next_turn, TURN_THREADS);
             }
         }
     }
@@ -600,13 +707,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
     uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + Cfg::OFF_BAR);
     if (threadIdx.x == 0) {
-        mbar_init(&bars[0], 1); /* q_full: producer's expect_tx arrive */
-        mbar_init(&bars[1], Cfg::CONSUMERS); /* q_empty: one arrive per consumer warpgroup */
+        for (int b = 0; b < Cfg::Q_BUFS; ++b) {
+            mbar_init(&bars[b], 1);                            /* q_full: producer's expect_tx arrive */
+            mbar_init(&bars[Cfg::Q_BUFS + b], Cfg::CONSUMERS); /* q_empty: one arrive per consumer warpgroup */
+        }
+        uint64_t *ring = bars + 2 * Cfg::Q_BUFS;
         for (int s = 0; s < Cfg::STAGES; ++s) {
-            mbar_init(&bars[2 + s], 1);                              /* k_full */
-            mbar_init(&bars[2 + Cfg::STAGES + s], Cfg::CONSUMERS);     /* k_empty */
-            mbar_init(&bars[2 + 2 * Cfg::STAGES + s], 1);            /* v_full */
-            mbar_init(&bars[2 + 3 * Cfg::STAGES + s], Cfg::CONSUMERS); /* v_empty */
+            mbar_init(&ring[s], 1);                              /* k_full */
+            mbar_init(&ring[Cfg::STAGES + s], Cfg::CONSUMERS);     /* k_empty */
+            mbar_init(&ring[2 * Cfg::STAGES + s], 1);            /* v_full */
+            mbar_init(&ring[3 * Cfg::STAGES + s], Cfg::CONSUMERS); /* v_empty */
         }
         mbar_fence_init();
     }

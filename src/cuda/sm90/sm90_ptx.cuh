@@ -185,6 +185,14 @@ __device__ __forceinline__ int opaque_int(int x) {
     return x;
 }
 
+/* gridDim.x read at the point of use (a special register), for loops that
+ * cannot afford to keep it in a register (the 24-register producer). */
+__device__ __forceinline__ int grid_ctas() {
+    int n;
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
+    return n;
+}
+
 /* ---- math ------------------------------------------------------------------ */
 
 __device__ __forceinline__ float fast_exp2(float x) {
