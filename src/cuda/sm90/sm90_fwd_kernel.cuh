@@ -438,15 +438,19 @@ __device__ __forceinline__ float *sm90_lse_at(const Sm90FwdParams &p, const Sm90
 /* ---- consumer ---------------------------------------------------------------- */
 
 /* The first tile at or after t (stepping by the grid) with a visible key, or
- * p.num_tiles. Tiles passed on the way are finished here: a varlen sequence's
- * surplus tiles need nothing, tiles with no visible key get zero rows and
- * lse = -inf. The producer skips the same tiles. */
+ * p.num_tiles; *found is that tile, decoded. Tiles passed on the way are
+ * finished here: a varlen sequence's surplus tiles need nothing, tiles with
+ * no visible key get zero rows and lse = -inf. The producer skips the same
+ * tiles. */
 template <class Cfg>
-__device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t, int wg, int tid) {
+__device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t, int wg, int tid, Sm90Tile *found) {
     for (; t < p.num_tiles; t += gridDim.x) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
         if (!sm90_tile_live<Cfg>(tile)) continue;
-        if (tile.n_hi > tile.n_lo) return t;
+        if (tile.n_hi > tile.n_lo) {
+            *found = tile;
+            return t;
+        }
         sm90_store_zero_rows<Cfg>(p, tile, wg, tid);
         const int lane = tid % 32, row0 = tile.m_block * Cfg::BM + wg * 64 + (tid / 32) * 16 + lane / 4;
         if (p.lse && lane % 4 == 0)
@@ -580,7 +584,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     constexpr int TURN_THREADS = 256; /* the warpgroup waiting + the one handing over */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
 
-    int t = sm90_next_work_tile<Cfg>(p, blockIdx.x, wg, tid);
+    Sm90Tile tile, next_tile;
+    int t = sm90_next_work_tile<Cfg>(p, blockIdx.x, wg, tid, &tile);
     if (t < p.num_tiles) {
         if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
 
@@ -589,7 +594,6 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         uint32_t P[Cfg::P_REGS];
         float row_max[2], row_sum[2], rescale[2];
         uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
-        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
         Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, row_in_wg);
 
         /* The first tile's first S: a turn of its own. */
@@ -657,7 +661,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
              * S runs on stale data and is dropped: the turn is then the same on
              * every path, as ptxas needs to keep the wgmma pipeline open. */
             int t_next = p.num_tiles;
-            if constexpr (Cfg::Q_BUFS == 2) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid);
+            if constexpr (Cfg::Q_BUFS == 2) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid, &next_tile);
             const uint32_t next_qb = (tile_iter + 1) % Cfg::Q_BUFS;
             const uint32_t next_q_parity = ((tile_iter + 1) / Cfg::Q_BUFS) & 1;
             mbar_wait(&v_full[prev_stage], prev_parity);
@@ -678,13 +682,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
             sm90_epilogue<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, o_stage, &q_empty[qb], wg, tid);
             ++tile_iter;
-            if constexpr (Cfg::Q_BUFS == 1) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid);
+            if constexpr (Cfg::Q_BUFS == 1) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid, &next_tile);
             if (t_next >= p.num_tiles) {
                 wgmma_wait<0>(); /* the dropped S */
                 break;
             }
             t = t_next;
-            tile = sm90_decode_tile<Cfg>(p, t);
+            tile = next_tile;
             rows = sm90_row_setup<Cfg>(p, tile, wg, row_in_wg);
             if constexpr (Cfg::Q_BUFS == 1) { /* the next S gets a turn of its own */
                 mbar_wait(&q_full[0], tile_iter & 1);
