@@ -14,10 +14,11 @@
 #include "sm90_fwd_kernel.cuh"
 #include "sm90_host.cuh"
 
-/* Specialisations: (head dim, keys per block, K/V stages, consumer
- * warpgroups = query rows / 64). Head dim 64 is softmax-bound, so three
- * consumers share the tensor cores there, except for short masked problems
- * where 192-row tiles leave the machine unbalanced. */
+/* Specialisations: (head dim, keys per block, K/V stages, bf16, consumer
+ * warpgroups = query rows / 64, e4m3, joined tile boundaries). Head dim 64 is
+ * softmax-bound, so three consumers share the tensor cores there, except for
+ * short masked problems where 192-row tiles leave the machine unbalanced; only
+ * with three consumers does joining tile boundaries pay (docs/perf/sm90.md). */
 enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_D128 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
