@@ -94,7 +94,6 @@ struct Sm90FwdConfig {
     /* JOIN: two Q buffers, so the next tile's Q is resident before this
      * tile's last P V and its first Q K^T goes out in the same turn
      * (docs/perf/sm90.md, item 17: a gain with three consumers only). */
-    static constexpr int SMEM_LIMIT = 227 * 1024; /* per CTA on sm_90 */
     static constexpr int Q_BUFS = JOIN_ ? 2 : 1;
     static_assert(!JOIN_ || !O_IN_Q, "the tile-boundary join needs O staged apart from Q");
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
@@ -110,7 +109,7 @@ struct Sm90FwdConfig {
     static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
     /* + 1024 so the base can be rounded up to the swizzle atom. */
     static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024;
-    static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared memory plan exceeds the per-CTA limit");
+    static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
     /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */
     static constexpr int P_REGS = FP8 ? BN / 8 : BN / 4;
@@ -437,6 +436,16 @@ __device__ __forceinline__ float *sm90_lse_at(const Sm90FwdParams &p, const Sm90
 
 /* ---- consumer ---------------------------------------------------------------- */
 
+/* Query row (within the warpgroup's 64) of a consumer thread's first
+ * accumulator row; its second is 8 below (see the layout at the top). */
+__device__ __forceinline__ int sm90_row_in_wg(int tid) { return (tid / 32) * 16 + (tid % 32) / 4; }
+
+/* The same row within the tile's sequence. */
+template <class Cfg>
+__device__ __forceinline__ int sm90_first_row(const Sm90Tile &tile, int wg, int tid) {
+    return tile.m_block * Cfg::BM + wg * 64 + sm90_row_in_wg(tid);
+}
+
 /* The first tile at or after t (stepping by the grid) with a visible key, or
  * p.num_tiles; *found is that tile, decoded. Tiles passed on the way are
  * finished here: a varlen sequence's surplus tiles need nothing, tiles with
@@ -452,8 +461,8 @@ __device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t
             return t;
         }
         sm90_store_zero_rows<Cfg>(p, tile, wg, tid);
-        const int lane = tid % 32, row0 = tile.m_block * Cfg::BM + wg * 64 + (tid / 32) * 16 + lane / 4;
-        if (p.lse && lane % 4 == 0)
+        const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
+        if (p.lse && tid % 4 == 0)
             for (int h = 0; h < 2; ++h)
                 if (row0 + 8 * h < tile.seq_q) *sm90_lse_at(p, tile, row0 + 8 * h) = -INFINITY;
     }
@@ -469,10 +478,10 @@ struct Sm90RowSetup {
 
 template <class Cfg>
 __device__ __forceinline__ Sm90RowSetup sm90_row_setup(const Sm90FwdParams &p, const Sm90Tile &tile, int wg,
-                                                       int row_in_wg) {
+                                                       int tid) {
     Sm90RowSetup r;
     /* keys past the sequence end (another sequence's, in a varlen block) are hidden */
-    const int row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg; /* rows row0, row0 + 8 of the sequence */
+    const int row0 = sm90_first_row<Cfg>(tile, wg, tid); /* rows row0, row0 + 8 of the sequence */
     for (int h = 0; h < 2; ++h) {
         int64_t c = (int64_t)row0 + 8 * h + tile.diag_off;
         r.key_lo[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c - p.window_left));
@@ -509,9 +518,9 @@ template <class Cfg>
 __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, int t, const float *O, const float *row_max,
                                               const float *row_sum, float s_log2, uint8_t *o_stage,
                                               uint64_t *q_empty, int wg, int tid) {
-    const int lane = tid % 32, row_in_wg = (tid / 32) * 16 + lane / 4, quad_col = 2 * (lane % 4);
+    const int lane = tid % 32, row_in_wg = sm90_row_in_wg(tid), quad_col = 2 * (lane % 4);
     const Sm90Tile tile = sm90_decode_tile<Cfg>(p, opaque_int(t));
-    const int row0 = tile.m_block * Cfg::BM + wg * 64 + row_in_wg;
+    const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
     float inv[2];
     for (int h = 0; h < 2; ++h) {
         float l = row_sum[h];
@@ -573,9 +582,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
     uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
-    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-    const int quad_col = 2 * (lane % 4);
-    const int row_in_wg = warp * 16 + lane / 4; /* and row_in_wg + 8 */
+    const int tid = threadIdx.x % 128;
+    const int quad_col = 2 * (tid % 4);
     const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * 128;
     const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
     uint8_t *o_stage = smem + Cfg::OFF_O + wg * 64 * 128; /* this warpgroup's 64 rows of each slab */
@@ -594,14 +602,21 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         uint32_t P[Cfg::P_REGS];
         float row_max[2], row_sum[2], rescale[2];
         uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
-        Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, row_in_wg);
+        Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
 
-        /* The first tile's first S: a turn of its own. */
-        mbar_wait(&q_full[0], 0);
-        mbar_wait(&k_full[0], 0);
-        named_bar_sync(my_turn, TURN_THREADS);
-        sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)q_base), k_base);
-        named_bar_arrive(next_turn, TURN_THREADS);
+        /* A tile's first S in a turn of its own: the CTA's first tile, and
+         * every tile with one Q buffer. q_parity: the Q buffer's phase. The
+         * opaque Q address keeps its descriptors from being held in registers
+         * across the tile loop. */
+        auto issue_first_s = [&](uint32_t qb, uint32_t q_parity) {
+            mbar_wait(&q_full[qb], q_parity);
+            mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
+            named_bar_sync(my_turn, TURN_THREADS);
+            sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)(q_base + qb * Cfg::Q_BYTES)),
+                               k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
+            named_bar_arrive(next_turn, TURN_THREADS);
+        };
+        issue_first_s(0, 0);
 
         for (;;) {
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
@@ -684,19 +699,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             ++tile_iter;
             if constexpr (Cfg::Q_BUFS == 1) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid, &next_tile);
             if (t_next >= p.num_tiles) {
-                wgmma_wait<0>(); /* the dropped S */
+                wgmma_wait<0>(); /* with two Q buffers: the dropped S */
                 break;
             }
             t = t_next;
             tile = next_tile;
-            rows = sm90_row_setup<Cfg>(p, tile, wg, row_in_wg);
-            if constexpr (Cfg::Q_BUFS == 1) { /* the next S gets a turn of its own */
-                mbar_wait(&q_full[0], tile_iter & 1);
-                mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
-                named_bar_sync(my_turn, TURN_THREADS);
-                sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)q_base), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
-                named_bar_arrive(next_turn, TURN_THREADS);
-            }
+            rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
+            if constexpr (Cfg::Q_BUFS == 1) issue_first_s(0, tile_iter & 1);
         }
     }
     if (tid == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
