@@ -93,14 +93,16 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     k->q_per_kv = (int)(p->Hq / p->Hk);
     k->hk = (int)p->Hk;
     k->num_m_blocks = (int)((p->Sq + sm90_block_m(p) - 1) / sm90_block_m(p));
-    int64_t tiles = (int64_t)k->num_m_blocks * p->Hq * p->B;
-    if (tiles >= ((int64_t)1 << 31)) return 0;
+    /* Causal-like masks make late query blocks heavier: balance the CTAs with
+     * pairs of query blocks (sm90_decode_tile), two tile indices per pair. */
+    k->paired = p->window_right < FA_UNBOUNDED;
+    const int64_t heads = p->Hq * p->B, m = k->num_m_blocks;
+    int64_t tiles = k->paired ? 2 * m * ((heads + 1) / 2) : m * heads;
+    if (tiles >= ((int64_t)1 << 30)) return 0;
     k->num_tiles = (int)tiles;
     k->top_left = p->top_left;
     k->window_left = p->window_left;
     k->window_right = p->window_right;
-    /* Causal-like masks make late query blocks heavier: schedule those first. */
-    k->longest_first = p->window_right < FA_UNBOUNDED;
     const float log2e = 1.4426950408889634f;
     if (p->softcap > 0.f) {
         k->softcap_pre = p->scale / p->softcap; /* s = c * tanh(scale * qk / c) */
@@ -180,7 +182,8 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
     int grid = sm90_num_sms(x->device_index);
-    if (grid > k.num_tiles) grid = k.num_tiles;
+    const int units = k.paired ? k.num_tiles / 2 : k.num_tiles; /* pairs are handed out whole */
+    if (grid > units) grid = units;
     sm90_fwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, (cudaStream_t)x->stream>>>(k);
     e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));

@@ -3,8 +3,9 @@
  *
  * One CTA = 1 + C warpgroups (C = 2 or 3 consumers), persistent over output
  * tiles of 64*C query rows of one (batch, head):
- *   warpgroup 0    producer: one thread issues TMA loads of Q, K, V into
- *                  128B-swizzled shared memory through an mbarrier ring;
+ *   warpgroup 0    producer: one thread issues TMA loads of Q and K, another
+ *                  those of V, into 128B-swizzled shared memory through
+ *                  mbarrier rings (Q double-buffered where it fits);
  *   warpgroups 1..C consumers: each owns 64 of the tile's query rows.
  *
  * Per kv block (walked from the last block down, so the masked diagonal
@@ -50,8 +51,9 @@ struct Sm90FwdParams {
     const int *cu_seqlens_q, *cu_seqlens_k;
     int sq, sk, hq, batch, q_per_kv;    /* lengths (varlen: maxima); q_per_kv = Hq / Hk */
     int head_dim;                       /* real D <= Cfg::D: TMA zero-fills and clips the rest */
-    int num_m_blocks, num_tiles;        /* varlen: query blocks of the longest sequence */
-    int longest_first;                  /* tile order: heaviest query blocks first */
+    int num_m_blocks;                   /* query blocks per head (varlen: of the longest sequence) */
+    int num_tiles;                      /* tile indices (paired: two per pair, see sm90_decode_tile) */
+    int paired;                         /* tile order for causal-like masks (sm90_decode_tile) */
     int top_left;                       /* diagonal alignment: 0, else Sk - Sq of each sequence */
     int64_t window_left, window_right;  /* relative to the diagonal; huge when unbounded */
     float scale_log2;                   /* multiplies S to give base-2 logits */
@@ -91,11 +93,14 @@ struct Sm90FwdConfig {
      * the next Q load waits for the store to drain). */
     static constexpr bool O_IN_Q = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
     static_assert(!O_IN_Q || O_BYTES <= Q_BYTES, "O staged in the Q buffer must fit there");
-    /* JOIN: two Q buffers, so the next tile's Q is resident before this
-     * tile's last P V and its first Q K^T goes out in the same turn
-     * (docs/perf/sm90.md, item 17: a gain with three consumers only). */
-    static constexpr int Q_BUFS = JOIN_ ? 2 : 1;
-    static_assert(!JOIN_ || !O_IN_Q, "the tile-boundary join needs O staged apart from Q");
+    /* Two Q buffers where they fit: the next tile's Q loads while this tile
+     * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
+     * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
+     * consumers only). */
+    static constexpr bool JOIN = JOIN_;
+    static constexpr int Q_BUFS =
+        !O_IN_Q && 2 * Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES + 1024 + 8 * (4 + 4 * STAGES) <= 227 * 1024 ? 2 : 1;
+    static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
      * is issued and before its P V (the FMULs then run under Q K^T), or right
      * after the softmax. e4m3's Q K^T is too short to cover them (item 18). */
@@ -141,32 +146,55 @@ struct Sm90Tile {
     int n_lo, n_hi;     /* kv blocks [n_lo, n_hi) hold every visible key */
 };
 
-/* A varlen sequence shorter than the longest has fewer query blocks than the
- * tile grid: its surplus tiles are skipped by every warpgroup alike. */
+/* Tiles that do not exist are skipped by every warpgroup alike: one past the
+ * last head (paired order), and a varlen sequence's surplus query blocks (it
+ * has fewer than the longest sequence). */
 template <class Cfg>
-__device__ __forceinline__ bool sm90_tile_live(const Sm90Tile &t) {
-    return !Cfg::VARLEN || t.m_block * Cfg::BM < t.seq_q;
+__device__ __forceinline__ bool sm90_tile_live(const Sm90FwdParams &p, const Sm90Tile &t) {
+    return t.batch < p.batch && (!Cfg::VARLEN || t.m_block * Cfg::BM < t.seq_q);
+}
+
+/* Tile order. Consecutive tiles share a head, so the CTAs working at the same
+ * time read the same K/V blocks and those come from L2, not memory (walking
+ * heads in any other order measured up to 17% slower, docs/perf/sm90.md).
+ *
+ * Under a causal-like mask a query block's work grows with its index, so
+ * there (paired) a CTA takes query blocks in pairs of equal total work: unit
+ * j (0 <= j < M = num_m_blocks) of heads 2g and 2g + 1 is block M-1-j of head
+ * 2g + 1, then block j of head 2g. The CTAs stay balanced while all query
+ * blocks of two heads run at the same time. Tile t = 2u + h is unit u's first
+ * (h = 0) or second block; with an odd number of heads the last unit's first
+ * block does not exist (sm90_tile_live). */
+__device__ __forceinline__ int sm90_first_tile(const Sm90FwdParams &p) {
+    return p.paired ? 2 * (int)blockIdx.x : (int)blockIdx.x;
+}
+
+__device__ __forceinline__ int sm90_tile_after(const Sm90FwdParams &p, int t) {
+    if (!p.paired) return t + grid_ctas();
+    return t % 2 == 0 ? t + 1 : 2 * (t / 2 + grid_ctas());
 }
 
 template <class Cfg>
 __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int t) {
     Sm90Tile tile;
     int hb;
-    if (p.longest_first) { /* all heads' last query blocks first: most keys under a causal mask */
-        int nhb = p.hq * p.batch;
-        tile.m_block = p.num_m_blocks - 1 - t / nhb;
-        hb = t % nhb;
-    } else { /* consecutive tiles share a head, so its K/V stays in L2 */
+    if (p.paired) {
+        const int u = t / 2, h = t % 2, M = p.num_m_blocks;
+        const int g = u / M, j = u - g * M; /* unit j of head pair g */
+        hb = 2 * g + 1 - h;
+        tile.m_block = h ? j : M - 1 - j;
+    } else {
         tile.m_block = t % p.num_m_blocks;
         hb = t / p.num_m_blocks;
     }
     tile.head = hb % p.hq;
-    tile.batch = hb / p.hq;
+    tile.batch = hb / p.hq; /* p.batch: past the last head (paired order, odd head count) */
     if (Cfg::VARLEN && p.cu_seqlens_q) {
-        tile.q_row0 = __ldg(&p.cu_seqlens_q[tile.batch]);
-        tile.k_row0 = __ldg(&p.cu_seqlens_k[tile.batch]);
-        tile.seq_q = __ldg(&p.cu_seqlens_q[tile.batch + 1]) - tile.q_row0;
-        tile.seq_k = __ldg(&p.cu_seqlens_k[tile.batch + 1]) - tile.k_row0;
+        const int b = min(tile.batch, p.batch - 1); /* a tile past the last head is not live */
+        tile.q_row0 = __ldg(&p.cu_seqlens_q[b]);
+        tile.k_row0 = __ldg(&p.cu_seqlens_k[b]);
+        tile.seq_q = __ldg(&p.cu_seqlens_q[b + 1]) - tile.q_row0;
+        tile.seq_k = __ldg(&p.cu_seqlens_k[b + 1]) - tile.k_row0;
         tile.map_b = 0;
     } else {
         tile.q_row0 = tile.k_row0 = 0;
@@ -191,49 +219,65 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
 
 /* ---- producer -------------------------------------------------------------- */
 
-template <class Cfg>
+/* Two producer threads walk the same tiles and kv blocks: one loads Q and K,
+ * the other V. Each waits only on its own ring, so a K load is never queued
+ * behind a V load that waits for a P V to finish: K is needed a turn before
+ * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). */
+enum { LOAD_Q_K = 0, LOAD_V = 1 };
+
+template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
     uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
-    tma_prefetch_map(&p.tm_q);
-    tma_prefetch_map(&p.tm_k);
-    tma_prefetch_map(&p.tm_v);
-    tma_prefetch_map(&p.tm_o);
+    if constexpr (ROLE == LOAD_Q_K) {
+        tma_prefetch_map(&p.tm_q);
+        tma_prefetch_map(&p.tm_k);
+        tma_prefetch_map(&p.tm_o);
+    } else {
+        tma_prefetch_map(&p.tm_v);
+    }
     uint32_t it = 0, tile_iter = 0;
-    for (int t = blockIdx.x; t < p.num_tiles; t += grid_ctas()) {
+    for (int t = sm90_first_tile(p); t < p.num_tiles; t = sm90_tile_after(p, t)) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
-        if (!sm90_tile_live<Cfg>(tile)) continue;
+        if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
         int kv_head = tile.head / p.q_per_kv;
         /* A fresh barrier counts as having completed the phase before phase 0,
          * so the first wait on an "empty" barrier uses parity 1 and passes. */
-        const uint32_t qb = tile_iter % Cfg::Q_BUFS;
-        mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
-        mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
-        for (int s = 0; s < Cfg::SLABS; ++s)
-            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
-                        s * Cfg::BOX_COLS, tile.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.map_b);
+        if constexpr (ROLE == LOAD_Q_K) {
+            const uint32_t qb = tile_iter % Cfg::Q_BUFS;
+            mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
+            mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
+            for (int s = 0; s < Cfg::SLABS; ++s)
+                tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
+                            s * Cfg::BOX_COLS, tile.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.map_b);
+        }
         /* Varlen: a block straddling the sequence end also loads the next
          * sequence's first keys (or zeros past the tensor); the consumers mask
-         * them, and their V rows meet P = 0. */
+         * them, and their V rows meet P = 0. Not unrolled: the producer has
+         * only PRODUCER_REGS registers. */
+#pragma unroll 1
         for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
             uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
-            mbar_wait(&k_empty[stage], parity);
-            mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
-            uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
-            for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
-                            tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
-            mbar_wait(&v_empty[stage], parity);
-            mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
-            uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
-            if constexpr (Cfg::FP8) { /* V^T: 128 head-dim rows of BN keys (one 128-byte slab each) */
-                tma_load_4d(v_dst, &p.tm_v, &v_full[stage], n * Cfg::BN, 0, kv_head, tile.map_b);
-            } else {
+            if constexpr (ROLE == LOAD_Q_K) {
+                mbar_wait(&k_empty[stage], parity);
+                mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
+                uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
                 for (int s = 0; s < Cfg::SLABS; ++s)
-                    tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, tile.k_row0 + n * Cfg::BN,
-                                kv_head, tile.map_b);
+                    tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
+                                tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
+            } else {
+                mbar_wait(&v_empty[stage], parity);
+                mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
+                uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
+                if constexpr (Cfg::FP8) { /* V^T: 128 head-dim rows of BN keys (one 128-byte slab each) */
+                    tma_load_4d(v_dst, &p.tm_v, &v_full[stage], n * Cfg::BN, 0, kv_head, tile.map_b);
+                } else {
+                    for (int s = 0; s < Cfg::SLABS; ++s)
+                        tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64,
+                                    tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
+                }
             }
         }
         ++tile_iter;
@@ -453,9 +497,9 @@ __device__ __forceinline__ int sm90_first_row(const Sm90Tile &tile, int wg, int 
  * tiles. */
 template <class Cfg>
 __device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t, int wg, int tid, Sm90Tile *found) {
-    for (; t < p.num_tiles; t += gridDim.x) {
+    for (; t < p.num_tiles; t = sm90_tile_after(p, t)) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
-        if (!sm90_tile_live<Cfg>(tile)) continue;
+        if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi > tile.n_lo) {
             *found = tile;
             return t;
@@ -593,7 +637,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
 
     Sm90Tile tile, next_tile;
-    int t = sm90_next_work_tile<Cfg>(p, blockIdx.x, wg, tid, &tile);
+    int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile(p), wg, tid, &tile);
     if (t < p.num_tiles) {
         if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
 
@@ -671,41 +715,41 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
              * is staged in Q's buffer). */
             if (!Cfg::O_IN_Q && tid == 0) mbar_arrive(&q_empty[qb]);
 
-            /* The last P V. With two Q buffers the next tile's first S joins the
+            /* The last P V. With JOIN the next tile's first S joins the
              * turn (its Q is in the other buffer). After the CTA's last tile that
              * S runs on stale data and is dropped: the turn is then the same on
              * every path, as ptxas needs to keep the wgmma pipeline open. */
             int t_next = p.num_tiles;
-            if constexpr (Cfg::Q_BUFS == 2) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid, &next_tile);
+            if constexpr (Cfg::JOIN) t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after(p, t), wg, tid, &next_tile);
             const uint32_t next_qb = (tile_iter + 1) % Cfg::Q_BUFS;
             const uint32_t next_q_parity = ((tile_iter + 1) / Cfg::Q_BUFS) & 1;
             mbar_wait(&v_full[prev_stage], prev_parity);
-            if (Cfg::Q_BUFS == 2 && t_next < p.num_tiles) {
+            if (Cfg::JOIN && t_next < p.num_tiles) {
                 mbar_wait(&q_full[next_qb], next_q_parity);
                 mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             }
             named_bar_sync(my_turn, TURN_THREADS);
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
             sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
-            if constexpr (Cfg::Q_BUFS == 2)
+            if constexpr (Cfg::JOIN)
                 sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)(q_base + next_qb * Cfg::Q_BYTES)),
                                    k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
-            wgmma_wait<Cfg::Q_BUFS - 1>(); /* P V done (the next S may still run) */
+            wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
             if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
 
             sm90_epilogue<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, o_stage, &q_empty[qb], wg, tid);
             ++tile_iter;
-            if constexpr (Cfg::Q_BUFS == 1) t_next = sm90_next_work_tile<Cfg>(p, t + gridDim.x, wg, tid, &next_tile);
+            if constexpr (!Cfg::JOIN) t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after(p, t), wg, tid, &next_tile);
             if (t_next >= p.num_tiles) {
-                wgmma_wait<0>(); /* with two Q buffers: the dropped S */
+                wgmma_wait<0>(); /* with JOIN: the dropped S */
                 break;
             }
             t = t_next;
             tile = next_tile;
             rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
-            if constexpr (Cfg::Q_BUFS == 1) issue_first_s(0, tile_iter & 1);
+            if constexpr (!Cfg::JOIN) issue_first_s(tile_iter % Cfg::Q_BUFS, (tile_iter / Cfg::Q_BUFS) & 1);
         }
     }
     if (tid == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
@@ -737,7 +781,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
     int wg = threadIdx.x / 128;
     if (wg == 0) {
         regs_dealloc<Cfg::PRODUCER_REGS>();
-        if (threadIdx.x == 0) sm90_producer<Cfg>(p, smem, bars);
+        /* lane 0 of warps 0 and 1: the Q/K and the V loader */
+        if (threadIdx.x == 0) sm90_producer<Cfg, LOAD_Q_K>(p, smem, bars);
+        if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
     } else {
         regs_alloc<Cfg::CONSUMER_REGS>();
         sm90_consumer<Cfg>(p, smem, bars, wg - 1);
