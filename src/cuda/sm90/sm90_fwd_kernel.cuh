@@ -556,14 +556,12 @@ __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdPara
 
 /* Normalise this warpgroup's 64 rows of O, write their lse, stage them in
  * swizzled shared memory and store them (TMA, or row by row at the end of a
- * varlen sequence). The tile is decoded again rather than kept in registers
- * through the main loop (head dim 256 has none to spare). */
+ * varlen sequence). */
 template <class Cfg>
-__device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, int t, const float *O, const float *row_max,
-                                              const float *row_sum, float s_log2, uint8_t *o_stage,
-                                              uint64_t *q_empty, int wg, int tid) {
+__device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90Tile &tile, const float *O,
+                                              const float *row_max, const float *row_sum, float s_log2,
+                                              uint8_t *o_stage, uint64_t *q_empty, int wg, int tid) {
     const int lane = tid % 32, row_in_wg = sm90_row_in_wg(tid), quad_col = 2 * (lane % 4);
-    const Sm90Tile tile = sm90_decode_tile<Cfg>(p, opaque_int(t));
     const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
     float inv[2];
     for (int h = 0; h < 2; ++h) {
@@ -735,13 +733,14 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)(q_base + next_qb * Cfg::Q_BYTES)),
                                    k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
+            /* without JOIN: find the next tile while the last P V runs */
+            if constexpr (!Cfg::JOIN) t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after(p, t), wg, tid, &next_tile);
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
             if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
 
-            sm90_epilogue<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, o_stage, &q_empty[qb], wg, tid);
+            sm90_epilogue<Cfg>(p, tile, O, row_max, row_sum, rows.s_log2, o_stage, &q_empty[qb], wg, tid);
             ++tile_iter;
-            if constexpr (!Cfg::JOIN) t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after(p, t), wg, tid, &next_tile);
             if (t_next >= p.num_tiles) {
                 wgmma_wait<0>(); /* with JOIN: the dropped S */
                 break;
