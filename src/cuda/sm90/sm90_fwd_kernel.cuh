@@ -64,6 +64,14 @@ struct Sm90FwdParams {
     int hk;
 };
 
+/* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
+ * staging buffer (none when O is staged in Q's), one q_full/q_empty pair per
+ * Q buffer and four barriers per ring stage, and 1 KB to align the base to
+ * the swizzle atom. */
+constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes) {
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
+}
+
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
 template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false>
 struct Sm90FwdConfig {
@@ -93,13 +101,14 @@ struct Sm90FwdConfig {
      * the next Q load waits for the store to drain). */
     static constexpr bool O_IN_Q = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
     static_assert(!O_IN_Q || O_BYTES <= Q_BYTES, "O staged in the Q buffer must fit there");
-    /* Two Q buffers where they fit: the next tile's Q loads while this tile
-     * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
-     * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
-     * consumers only). */
+    static constexpr int O_STAGE_BYTES = O_IN_Q ? 0 : O_BYTES;
+    /* Two Q buffers where they fit (and O is not staged in Q's): the next
+     * tile's Q loads while this tile runs. JOIN: the next tile's first Q K^T
+     * then goes out in the turn of this tile's last P V (docs/perf/sm90.md,
+     * item 17: a gain with three consumers only). */
     static constexpr bool JOIN = JOIN_;
     static constexpr int Q_BUFS =
-        !O_IN_Q && 2 * Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES + 1024 + 8 * (4 + 4 * STAGES) <= 227 * 1024 ? 2 : 1;
+        !O_IN_Q && sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES) <= 227 * 1024 ? 2 : 1;
     static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
      * is issued and before its P V (the FMULs then run under Q K^T), or right
@@ -110,10 +119,10 @@ struct Sm90FwdConfig {
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = O_IN_Q ? OFF_Q : OFF_V + STAGES * KV_BYTES;
-    static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + (O_IN_Q ? 0 : O_BYTES);
+    static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + O_STAGE_BYTES;
     static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
-    /* + 1024 so the base can be rounded up to the swizzle atom. */
-    static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024;
+    static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES);
+    static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
     /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */
