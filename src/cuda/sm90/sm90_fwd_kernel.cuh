@@ -16,7 +16,7 @@
  * issues, so it runs under Q K^T. The consumers take turns issuing (one named
  * barrier each, passed round), so one warpgroup's softmax hides under the
  * others' GEMMs. The epilogue stages O in swizzled shared memory and writes it
- * with a TMA store; with two Q buffers (JOIN) the next tile's first Q K^T is
+ * with a TMA store; with JOIN (three consumers) the next tile's first Q K^T is
  * issued in the turn of this tile's last P V, ahead of the epilogue.
  *
  * wgmma m64nN accumulator layout (f32), thread t of the warpgroup, warp
@@ -625,7 +625,7 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
  * A consumer warpgroup walks its CTA's tiles as one stream of kv blocks. Per
  * block it takes one turn at the tensor cores: S of this block and P V of the
  * block before. At a tile boundary the turn holds the old tile's last P V and
- * (with two Q buffers) the new tile's first S; the old tile's epilogue then
+ * (with JOIN) the new tile's first S; the old tile's epilogue then
  * runs while that S is computed, so the tensor cores see no gap between tiles.
  */
 template <class Cfg>
@@ -656,7 +656,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
 
         /* A tile's first S in a turn of its own: the CTA's first tile, and
-         * every tile with one Q buffer. q_parity: the Q buffer's phase. The
+         * every tile without JOIN. q_parity: the Q buffer's phase. The
          * opaque Q address keeps its descriptors from being held in registers
          * across the tile loop. */
         auto issue_first_s = [&](uint32_t qb, uint32_t q_parity) {
