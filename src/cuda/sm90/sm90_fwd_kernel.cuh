@@ -97,18 +97,23 @@ struct Sm90FwdConfig {
     static constexpr int Q_BYTES = BM * D * ES;
     static constexpr int KV_BYTES = BN * D * ES; /* a K tile, or a V (V^T for e4m3) tile */
     static constexpr int O_BYTES = BM * D * 2;
-    /* O is staged in its own buffer when it fits, else in the Q buffer (then
-     * the next Q load waits for the store to drain). */
-    static constexpr bool O_IN_Q = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
-    static_assert(!O_IN_Q || O_BYTES <= Q_BYTES, "O staged in the Q buffer must fit there");
-    static constexpr int O_STAGE_BYTES = O_IN_Q ? 0 : O_BYTES;
-    /* Two Q buffers where they fit (and O is not staged in Q's): the next
+    /* O is staged in its own buffer when it fits. Else (head dim 256) each
+     * consumer stages its 64 rows in a K/V stage of the tile's last kv block,
+     * consumer 0 in the K buffer, consumer 1 in the V buffer, and frees that
+     * stage once its store has read it; the next tile's first block uses the
+     * other stage, so only its second load waits for the store. */
+    static constexpr bool O_IN_RING = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
+    static_assert(!O_IN_RING || (!VARLEN && CONSUMERS == 2 && STAGES >= 2 && BN == 64 && 64 * D * 2 == KV_BYTES),
+                  "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
+    static constexpr int O_STAGE_BYTES = O_IN_RING ? 0 : O_BYTES;
+    static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : Q_SLAB; /* bytes between staged O's slabs */
+    /* Two Q buffers where they fit: the next
      * tile's Q loads while this tile runs. JOIN: the next tile's first Q K^T
      * then goes out in the turn of this tile's last P V (docs/perf/sm90.md,
      * item 17: a gain with three consumers only). */
     static constexpr bool JOIN = JOIN_;
     static constexpr int Q_BUFS =
-        !O_IN_Q && sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES) <= 227 * 1024 ? 2 : 1;
+        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES) <= 227 * 1024 ? 2 : 1;
     static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
      * is issued and before its P V (the FMULs then run under Q K^T), or right
@@ -118,7 +123,7 @@ struct Sm90FwdConfig {
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
-    static constexpr int OFF_O = O_IN_Q ? OFF_Q : OFF_V + STAGES * KV_BYTES;
+    static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (not with O_IN_RING) */
     static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + O_STAGE_BYTES;
     static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
     static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES);
@@ -141,8 +146,9 @@ struct Sm90FwdConfig {
 };
 
 /* Named barrier ids (0 is __syncthreads): one "turn" barrier per consumer
- * warpgroup (ids 1..3), then one epilogue barrier per consumer (4..6). */
-enum { BAR_TURN0 = 1, BAR_EPI0 = 4 };
+ * warpgroup (ids 1..3), one epilogue barrier per consumer (4..6), and with O
+ * staged in the ring "the other consumer has read the last K / V stage". */
+enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8 };
 
 /* ---- tile scheduling ------------------------------------------------------ */
 
@@ -477,7 +483,7 @@ __device__ __forceinline__ void sm90_store_staged_rows(const Sm90FwdParams &p, c
     for (int c = tid; c < rows * chunks; c += 128) {
         int r = c / chunks, ch = c % chunks;
         /* 128B swizzle: 16-byte chunk index XOR (row mod 8) inside slab ch / 8 */
-        const uint8_t *src = o_stage + (ch / 8) * Cfg::Q_SLAB + r * 128 + (((ch % 8) ^ (r % 8)) * 16);
+        const uint8_t *src = o_stage + (ch / 8) * Cfg::O_SLAB_STRIDE + r * 128 + (((ch % 8) ^ (r % 8)) * 16);
         *reinterpret_cast<uint4 *>(sm90_out_row(p, t, row0 + r) + ch * 16) = *reinterpret_cast<const uint4 *>(src);
     }
 }
@@ -565,11 +571,12 @@ __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdPara
 
 /* Normalise this warpgroup's 64 rows of O, write their lse, stage them in
  * swizzled shared memory and store them (TMA, or row by row at the end of a
- * varlen sequence). */
+ * varlen sequence). O_IN_RING: o_stage is a stage of the tile's last kv
+ * block, freed (stage_empty) once the store has read it. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90Tile &tile, const float *O,
                                               const float *row_max, const float *row_sum, float s_log2,
-                                              uint8_t *o_stage, uint64_t *q_empty, int wg, int tid) {
+                                              uint8_t *o_stage, uint64_t *stage_empty, int wg, int tid) {
     const int lane = tid % 32, row_in_wg = sm90_row_in_wg(tid), quad_col = 2 * (lane % 4);
     const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
     float inv[2];
@@ -586,7 +593,10 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
             *sm90_lse_at(p, tile, r) = lse;
         }
     }
-    if (!Cfg::O_IN_Q) {
+    if constexpr (Cfg::O_IN_RING) {
+        /* the other consumer has finished its last S (K stage) or P V (V stage) */
+        named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
+    } else {
         /* The previous tile's store must have finished reading the staging buffer. */
         if (tid == 0) tma_store_wait_read();
         named_bar_sync(BAR_EPI0 + wg, 128);
@@ -596,7 +606,7 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
         int h = (i / 2) % 2;
         int r = row_in_wg + 8 * h, c = 8 * (i / 4) + quad_col;
         /* 128B swizzle: 16-byte chunk index XOR (row mod 8) */
-        uint32_t off = (c / 64) * Cfg::Q_SLAB + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+        uint32_t off = (c / 64) * Cfg::O_SLAB_STRIDE + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
         *reinterpret_cast<uint32_t *>(o_stage + off) = pack2<elem16_t<Cfg::BF16>>(O[i] * inv[h], O[i + 1] * inv[h]);
     }
     fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
@@ -606,17 +616,14 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
         /* Last rows of a varlen sequence: the map's row bound is the packed
          * tensor's, not the sequence's, so store row by row. */
         if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
-        if (Cfg::O_IN_Q) {
-            named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read the staging (= Q) buffer */
-            if (tid == 0) mbar_arrive(q_empty);
-        }
     } else if (tid == 0) {
         for (int s = 0; s < Cfg::O_SLABS; ++s)
-            tma_store_4d(&p.tm_o, o_stage + s * Cfg::Q_SLAB, s * 64, tile.q_row0 + wg_row0, tile.head, tile.map_b);
+            tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.q_row0 + wg_row0, tile.head,
+                         tile.map_b);
         tma_store_commit();
-        if (Cfg::O_IN_Q) {
-            tma_store_wait_read(); /* staging aliases Q: drain before the next Q load */
-            mbar_arrive(q_empty);
+        if (Cfg::O_IN_RING) {
+            tma_store_wait_read(); /* the stage goes back to the producer once the store has read it */
+            mbar_arrive(stage_empty);
         }
     }
 }
@@ -637,7 +644,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     const int quad_col = 2 * (tid % 4);
     const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * 128;
     const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
-    uint8_t *o_stage = smem + Cfg::OFF_O + wg * 64 * 128; /* this warpgroup's 64 rows of each slab */
+    uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128; /* O staging: this warpgroup's 64 rows of each slab */
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
      * hand the turn to the next warpgroup. */
     constexpr int TURN_THREADS = 256; /* the warpgroup waiting + the one handing over */
@@ -680,7 +687,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
             wgmma_wait<0>();
             fence_regs<Cfg::BN / 2>(S);
-            if (tid == 0) mbar_arrive(&k_empty[stage]);
+            /* (O_IN_RING: consumer 0 keeps the last block's K stage for its O) */
+            if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && n == tile.n_lo)) mbar_arrive(&k_empty[stage]);
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
             sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
@@ -705,7 +713,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 named_bar_arrive(next_turn, TURN_THREADS);
                 wgmma_wait<1>(); /* S done; P V may still run */
                 fence_regs<Cfg::BN / 2>(S);
-                if (tid == 0) mbar_arrive(&k_empty[stage]);
+                if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && n == tile.n_lo)) mbar_arrive(&k_empty[stage]);
                 sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
                 wgmma_wait<0>(); /* P V done: O and P are ours again */
                 fence_regs<Cfg::D / 2>(O);
@@ -718,9 +726,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             }
 
             /* Q's last reader, the tile's last S GEMM, has completed: free Q for
-             * a later tile's load while this P V and the epilogue run (unless O
-             * is staged in Q's buffer). */
-            if (!Cfg::O_IN_Q && tid == 0) mbar_arrive(&q_empty[qb]);
+             * a later tile's load while this P V and the epilogue run. */
+            if (tid == 0) mbar_arrive(&q_empty[qb]);
+            /* O_IN_RING: consumer 0 may now stage its O in the last K stage */
+            if (Cfg::O_IN_RING && wg == 1) named_bar_arrive(BAR_K_READ, 256);
 
             /* The last P V. With JOIN the next tile's first S joins the
              * turn (its Q is in the other buffer). After the CTA's last tile that
@@ -746,9 +755,18 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if constexpr (!Cfg::JOIN) t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after(p, t), wg, tid, &next_tile);
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
-            if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
+            uint8_t *o_stage = o_buf;
+            uint64_t *stage_empty = nullptr;
+            if constexpr (Cfg::O_IN_RING) {
+                /* consumer 0 stages O in the last K stage, consumer 1 in the last V
+                 * stage (kept from the producer until the store has read it) */
+                o_stage = smem + (wg == 0 ? Cfg::OFF_K : Cfg::OFF_V) + prev_stage * Cfg::KV_BYTES;
+                stage_empty = wg == 0 ? &k_empty[prev_stage] : &v_empty[prev_stage];
+                if (wg == 0) named_bar_arrive(BAR_V_READ, 256); /* consumer 1 may now use the V stage */
+            }
+            if (tid == 0 && !(Cfg::O_IN_RING && wg == 1)) mbar_arrive(&v_empty[prev_stage]);
 
-            sm90_epilogue<Cfg>(p, tile, O, row_max, row_sum, rows.s_log2, o_stage, &q_empty[qb], wg, tid);
+            sm90_epilogue<Cfg>(p, tile, O, row_max, row_sum, rows.s_log2, o_stage, stage_empty, wg, tid);
             ++tile_iter;
             if (t_next >= p.num_tiles) {
                 wgmma_wait<0>(); /* with JOIN: the dropped S */
