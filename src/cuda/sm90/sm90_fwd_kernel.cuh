@@ -107,10 +107,10 @@ struct Sm90FwdConfig {
                   "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
     static constexpr int O_STAGE_BYTES = O_IN_RING ? 0 : O_BYTES;
     static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : Q_SLAB; /* bytes between staged O's slabs */
-    /* Two Q buffers where they fit: the next
-     * tile's Q loads while this tile runs. JOIN: the next tile's first Q K^T
-     * then goes out in the turn of this tile's last P V (docs/perf/sm90.md,
-     * item 17: a gain with three consumers only). */
+    /* Two Q buffers where they fit: the next tile's Q loads while this tile
+     * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
+     * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
+     * consumers only). */
     static constexpr bool JOIN = JOIN_;
     static constexpr int Q_BUFS =
         sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES) <= 227 * 1024 ? 2 : 1;
