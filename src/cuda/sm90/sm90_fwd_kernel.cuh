@@ -417,6 +417,13 @@ __device__ __forceinline__ void sm90_rescale_o(float *O, const float *rescale) {
         }
 }
 
+/* This warpgroup's S of a block is done: free its K stage. O_IN_RING:
+ * consumer 0 keeps the tile's last K stage for its O (see the epilogue). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_free_k_stage(uint64_t *k_empty, bool last_block, int wg, int tid) {
+    if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && last_block)) mbar_arrive(k_empty);
+}
+
 /* Two floats to two e4m3 bytes, lo in the low byte (saturating to +-448). */
 __device__ __forceinline__ uint32_t pack2_e4m3(float lo, float hi) {
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
@@ -687,8 +694,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
             wgmma_wait<0>();
             fence_regs<Cfg::BN / 2>(S);
-            /* (O_IN_RING: consumer 0 keeps the last block's K stage for its O) */
-            if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && n == tile.n_lo)) mbar_arrive(&k_empty[stage]);
+            sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
             sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
@@ -713,7 +719,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 named_bar_arrive(next_turn, TURN_THREADS);
                 wgmma_wait<1>(); /* S done; P V may still run */
                 fence_regs<Cfg::BN / 2>(S);
-                if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && n == tile.n_lo)) mbar_arrive(&k_empty[stage]);
+                sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
                 sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
                 wgmma_wait<0>(); /* P V done: O and P are ours again */
                 fence_regs<Cfg::D / 2>(O);
