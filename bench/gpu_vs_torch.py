@@ -4,9 +4,13 @@ CUDNN_ATTENTION backends, in one process, on the standard grid:
 hidden 2048, head dim 64/128/256, (batch, seqlen) = (32,512) (16,1k) (8,2k)
 (4,4k) (2,8k) (1,16k), causal and not, bf16, forward and backward.
 
-Every cell times each contender with CUDA events on torch's current stream,
-interleaved (ours, FA2, cuDNN, ours, ...), and reports the median after a
-warm-up. FLOPs: forward 4*B*H*S*S*D (halved for causal), backward 2.5x.
+Every cell times each contender with CUDA events on torch's current stream
+and reports the median of --reps timings. Before its timings each contender
+runs on its own for --settle-ms (default 150 ms): the H200 holds its clock at
+its power cap, and a kernel timed right after another one starts from the
+clock the other left (a contender timed after a light one measured up to 9%
+more than it sustains; docs/perf/sm90.md, item 30). FLOPs: forward
+4*B*H*S*S*D (halved for causal), backward 2.5x.
 
 Two timings (--timing):
   stream  events around a run of --burst back-to-back calls, divided by the
@@ -121,12 +125,27 @@ def time_ms(fn, calls):
     return start.elapsed_time(end) / calls
 
 
+def settle(fn, ms):
+    """Run fn back to back for about `ms` milliseconds, so the clock settles
+    where this kernel's own power draw puts it."""
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    n = max(1, int(ms / max(start.elapsed_time(end), 1e-3)))
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+
+
 def flops_fwd(B, H, S, D, causal):
     f = 4.0 * B * H * S * S * D
     return f / 2 if causal else f
 
 
-def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst):
+def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_ms):
     H = 2048 // D
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(B * 131 + S * 7 + D)
@@ -175,8 +194,9 @@ def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst):
         for mode in modes:
             calls = burst if mode == "stream" else 1
             times = {n: [] for n in fns}
-            for _ in range(reps):
-                for n, fn in fns.items():  # interleaved in the same run
+            for n, fn in fns.items():
+                settle(fn, settle_ms)  # its own clock, not the one the previous contender left
+                for _ in range(reps):
                     times[n].append(time_ms(fn, calls))
             for n, t in times.items():
                 ms = statistics.median(t)
@@ -204,6 +224,8 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--timing", default="both", choices=("stream", "single", "both"))
     ap.add_argument("--burst", type=int, default=10, help="back-to-back calls per stream timing")
+    ap.add_argument("--settle-ms", type=float, default=150.0,
+                    help="each contender runs alone this long before its timings")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
 
@@ -221,7 +243,8 @@ def main():
     for D in dims:
         for causal in (False, True):
             for B, S in sizes:
-                r = bench_cell(lib, B, S, D, causal, args.warmup, args.reps, not args.no_bwd, modes, args.burst)
+                r = bench_cell(lib, B, S, D, causal, args.warmup, args.reps, not args.no_bwd, modes, args.burst,
+                               args.settle_ms)
                 row = {"D": D, "B": B, "S": S, "causal": causal, "results": r}
                 rows.append(row)
                 for mode in modes:
@@ -236,7 +259,7 @@ def main():
 
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": args.backend,
             "cudnn": torch.backends.cudnn.version(), "warmup": args.warmup, "reps": args.reps,
-            "timing": list(modes), "burst": args.burst}
+            "timing": list(modes), "burst": args.burst, "settle_ms": args.settle_ms}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_vs_torch.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -93,6 +93,8 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     k->q_per_kv = (int)(p->Hq / p->Hk);
     k->hk = (int)p->Hk;
     k->num_m_blocks = (int)((p->Sq + sm90_block_m(p) - 1) / sm90_block_m(p));
+    k->m_div = sm90_fastdiv(k->num_m_blocks);
+    k->h_div = sm90_fastdiv(k->hq);
     /* Causal-like masks make late query blocks heavier: balance the CTAs with
      * pairs of query blocks (sm90_decode_tile), two tile indices per pair. */
     k->paired = p->window_right < FA_UNBOUNDED;

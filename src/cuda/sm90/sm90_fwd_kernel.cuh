@@ -39,6 +39,28 @@
 #include "sm90_ptx.cuh"
 #include "sm90_wgmma.cuh"
 
+/* Division by a divisor fixed per launch, for 0 <= x < 2^31: a multiply-high
+ * and a shift instead of the ~20 instructions of an integer division
+ * (round-up reciprocal: magic = 2^32 (2^shift - d) / d + 1, 2^shift >= d). */
+struct Sm90FastDiv {
+    uint32_t magic, shift;
+    int d;
+};
+
+__host__ __forceinline__ Sm90FastDiv sm90_fastdiv(int d) {
+    if (d < 1) d = 1; /* no tiles to decode */
+    uint32_t shift = 0;
+    while (((int64_t)1 << shift) < d) ++shift;
+    const uint64_t magic = (((uint64_t)1 << 32) * (((uint64_t)1 << shift) - (uint64_t)d)) / (uint64_t)d + 1;
+    return Sm90FastDiv{(uint32_t)magic, shift, d};
+}
+
+/* q = x / div.d, returns x % div.d. */
+__device__ __forceinline__ int sm90_divmod(int x, const Sm90FastDiv &div, int *q) {
+    *q = (int)((__umulhi((uint32_t)x, div.magic) + (uint32_t)x) >> div.shift);
+    return x - *q * div.d;
+}
+
 /* Everything the kernel needs, passed by value as a __grid_constant__. */
 struct Sm90FwdParams {
     CUtensorMap tm_q, tm_k, tm_v, tm_o; /* 4-D (D, S, H, B) maps, 128B swizzle */
@@ -52,6 +74,7 @@ struct Sm90FwdParams {
     int sq, sk, hq, batch, q_per_kv;    /* lengths (varlen: maxima); q_per_kv = Hq / Hk */
     int head_dim;                       /* real D <= Cfg::D: TMA zero-fills and clips the rest */
     int num_m_blocks;                   /* query blocks per head (varlen: of the longest sequence) */
+    Sm90FastDiv m_div, h_div;           /* by num_m_blocks and by hq (sm90_decode_tile) */
     int num_tiles;                      /* tile indices (paired: two per pair, see sm90_decode_tile) */
     int paired;                         /* tile order for causal-like masks (sm90_decode_tile) */
     int top_left;                       /* diagonal alignment: 0, else Sk - Sq of each sequence */
@@ -119,6 +142,14 @@ struct Sm90FwdConfig {
      * is issued and before its P V (the FMULs then run under Q K^T), or right
      * after the softmax. e4m3's Q K^T is too short to cover them (item 18). */
     static constexpr bool RESCALE_IN_TURN = !FP8;
+    /* Where a P V is waited for (and P repacked): at the start of the next
+     * iteration, behind its K wait, so that the softmax overlaps that P V
+     * (head dim 256: +2-5%); or right after the softmax, where ptxas hoists
+     * the wait above the softmax. The late wait measured -3% at head dim 128
+     * on 512-key tiles (+1% elsewhere), -3..-5% for e4m3 (ptxas then sinks
+     * the e4m3 packing into the turn), and spills with three consumers
+     * (the fp32 probabilities live across the turn); item 30. */
+    static constexpr bool LATE_PV_RETIRE = D == 256;
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -194,16 +225,16 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
     Sm90Tile tile;
     int hb;
     if (p.paired) {
-        const int u = t / 2, h = t % 2, M = p.num_m_blocks;
-        const int g = u / M, j = u - g * M; /* unit j of head pair g */
+        const int u = t >> 1, h = t & 1; /* t >= 0 */
+        int g;
+        const int j = sm90_divmod(u, p.m_div, &g); /* unit j of head pair g */
         hb = 2 * g + 1 - h;
-        tile.m_block = h ? j : M - 1 - j;
+        tile.m_block = h ? j : p.num_m_blocks - 1 - j;
     } else {
-        tile.m_block = t % p.num_m_blocks;
-        hb = t / p.num_m_blocks;
+        tile.m_block = sm90_divmod(t, p.m_div, &hb);
     }
-    tile.head = hb % p.hq;
-    tile.batch = hb / p.hq; /* p.batch: past the last head (paired order, odd head count) */
+    /* batch = p.batch: past the last head (paired order, odd head count) */
+    tile.head = sm90_divmod(hb, p.h_div, &tile.batch);
     if (Cfg::VARLEN && p.cu_seqlens_q) {
         const int b = min(tile.batch, p.batch - 1); /* a tile past the last head is not live */
         tile.q_row0 = __ldg(&p.cu_seqlens_q[b]);
@@ -348,15 +379,16 @@ __device__ __forceinline__ bool sm90_block_masked(int n, const int *key_lo, cons
     return n * Cfg::BN < max(key_lo[0], key_lo[1]) || (n + 1) * Cfg::BN > min(key_hi[0], key_hi[1]);
 }
 
-/* Softcap and mask one S block in place (raw scores -> -inf where hidden). */
-template <class Cfg>
-__device__ __forceinline__ void sm90_mask_block(float *S, const Sm90FwdParams &p, int n, const int *key_lo,
-                                                const int *key_hi, int quad_col) {
+/* Mask one S block in place (raw scores -> -inf where hidden). CHECK_LO:
+ * some key of the block lies below a row's first visible key; without it
+ * (causal diagonals, the sequence end) one compare per score does. */
+template <class Cfg, bool CHECK_LO>
+__device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_lo, const int *key_hi, int quad_col) {
 #pragma unroll
     for (int i = 0; i < Cfg::BN / 2; ++i) {
         int j = n * Cfg::BN + 8 * (i / 4) + quad_col + (i % 2);
         int h = (i / 2) % 2;
-        if (j < key_lo[h] || j >= key_hi[h]) S[i] = -INFINITY;
+        if ((CHECK_LO && j < key_lo[h]) || j >= key_hi[h]) S[i] = -INFINITY;
     }
 }
 
@@ -572,7 +604,12 @@ __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdPara
                                                      float *row_max, float *row_sum, float *rescale, int quad_col) {
     if (r.cap_pre != 0.f)
         for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * r.cap_pre);
-    if (sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi)) sm90_mask_block<Cfg>(S, p, n, r.key_lo, r.key_hi, quad_col);
+    if (sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi)) {
+        if (n * Cfg::BN >= max(r.key_lo[0], r.key_lo[1]))
+            sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col);
+        else
+            sm90_mask_block<Cfg, true>(S, n, r.key_lo, r.key_hi, quad_col);
+    }
     sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, r.s_log2);
 }
 
@@ -584,19 +621,21 @@ template <class Cfg>
 __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90Tile &tile, const float *O,
                                               const float *row_max, const float *row_sum, float s_log2,
                                               uint8_t *o_stage, uint64_t *stage_empty, int wg, int tid) {
-    const int lane = tid % 32, row_in_wg = sm90_row_in_wg(tid), quad_col = 2 * (lane % 4);
+    const int lane = tid % 32;
     const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
     float inv[2];
     for (int h = 0; h < 2; ++h) {
         float l = row_sum[h];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[h] = l > 0.f ? 1.f / l : 0.f; /* row with no visible key: out 0 */
+        /* row with no visible key: out 0; l >= 1 otherwise (the max's own P is
+         * 1), so the approximate reciprocal and log2 are within 2 ulp */
+        inv[h] = l > 0.f ? __fdividef(1.f, l) : 0.f;
         if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
             if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
         int r = row0 + 8 * h;
         if (p.lse && lane % 4 == 0 && r < tile.seq_q) {
-            float lse = l > 0.f ? (row_max[h] * s_log2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
+            float lse = l > 0.f ? (row_max[h] * s_log2 + __log2f(l)) * 0.69314718055994531f : -INFINITY;
             *sm90_lse_at(p, tile, r) = lse;
         }
     }
@@ -608,13 +647,21 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
         if (tid == 0) tma_store_wait_read();
         named_bar_sync(BAR_EPI0 + wg, 128);
     }
+    /* Each stmatrix stores the warp's 16 rows x 16 columns: matrices (rows
+     * 0-7, 8-15) x (column blocks cb, cb + 1), O registers 4cb..4cb+7 (see
+     * the layout at the top). Lane l addresses row l % 8 of matrix l / 8. */
+    const int mat = lane / 8, mat_row = 16 * (tid / 32) + 8 * (mat % 2) + lane % 8;
+    const uint32_t o_row = smem_addr(o_stage) + mat_row * 128;
 #pragma unroll
-    for (int i = 0; i < Cfg::D / 2; i += 2) {
-        int h = (i / 2) % 2;
-        int r = row_in_wg + 8 * h, c = 8 * (i / 4) + quad_col;
+    for (int cb = 0; cb < Cfg::D / 8; cb += 2) {
+        const int c8 = cb + mat / 2; /* this lane's 8-column block */
         /* 128B swizzle: 16-byte chunk index XOR (row mod 8) */
-        uint32_t off = (c / 64) * Cfg::O_SLAB_STRIDE + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
-        *reinterpret_cast<uint32_t *>(o_stage + off) = pack2<elem16_t<Cfg::BF16>>(O[i] * inv[h], O[i + 1] * inv[h]);
+        const uint32_t addr = o_row + (c8 / 8) * Cfg::O_SLAB_STRIDE + (((c8 % 8) ^ (lane % 8)) * 16);
+        const float *o = O + 4 * cb;
+        stmatrix_x4(addr, pack2<elem16_t<Cfg::BF16>>(o[0] * inv[0], o[1] * inv[0]),
+                    pack2<elem16_t<Cfg::BF16>>(o[2] * inv[1], o[3] * inv[1]),
+                    pack2<elem16_t<Cfg::BF16>>(o[4] * inv[0], o[5] * inv[0]),
+                    pack2<elem16_t<Cfg::BF16>>(o[6] * inv[1], o[7] * inv[1]));
     }
     fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
     named_bar_sync(BAR_EPI0 + wg, 128);
@@ -683,6 +730,20 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         };
         issue_first_s(0, 0);
 
+        /* Retire the P V issued in the last turn (its V stage: pv_stage) and
+         * pack the newest probabilities into P, which that P V was reading.
+         * With LATE_PV_RETIRE this runs after a barrier-wait loop, not straight
+         * after the softmax: in one basic block with the softmax, ptxas hoists
+         * the wait above it (to pack P early), and the softmax then waits for
+         * the P V it is meant to overlap (docs/perf/sm90.md, item 30). */
+        auto retire_pv_and_pack = [&](uint32_t pv_stage, int pv_in_flight) {
+            wgmma_wait<0>();
+            fence_regs<Cfg::D / 2>(O);
+            if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
+            if (!Cfg::RESCALE_IN_TURN && pv_in_flight) sm90_rescale_o<Cfg>(O, rescale);
+            sm90_pack_p<Cfg>(P, S);
+        };
+
         for (;;) {
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
             /* opaque: the Q descriptors are then rebuilt per tile, not held in
@@ -698,8 +759,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
             sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
-            sm90_pack_p<Cfg>(P, S);
-            uint32_t prev_stage = stage, prev_parity = parity;
+            if (!Cfg::LATE_PV_RETIRE) sm90_pack_p<Cfg>(P, S); /* no P V in flight yet */
+            uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
+            uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
             ++it;
             int o_started = 0;
 
@@ -709,6 +771,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 stage = it % Cfg::STAGES;
                 parity = (it / Cfg::STAGES) & 1;
                 mbar_wait(&k_full[stage], parity);
+                if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
                 named_bar_sync(my_turn, TURN_THREADS);
                 sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
                 /* O to the max of block n + 1 while Q K^T runs: off the path
@@ -721,12 +784,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 fence_regs<Cfg::BN / 2>(S);
                 sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
                 sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
-                wgmma_wait<0>(); /* P V done: O and P are ours again */
-                fence_regs<Cfg::D / 2>(O);
-                if (tid == 0) mbar_arrive(&v_empty[prev_stage]);
-                if (!Cfg::RESCALE_IN_TURN) sm90_rescale_o<Cfg>(O, rescale);
-                sm90_pack_p<Cfg>(P, S);
+                if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, 1);
                 o_started = 1;
+                pv_stage = prev_stage;
                 prev_stage = stage;
                 prev_parity = parity;
             }
@@ -746,6 +806,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             const uint32_t next_qb = (tile_iter + 1) % Cfg::Q_BUFS;
             const uint32_t next_q_parity = ((tile_iter + 1) / Cfg::Q_BUFS) & 1;
             mbar_wait(&v_full[prev_stage], prev_parity);
+            if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
             if (Cfg::JOIN && t_next < p.num_tiles) {
                 mbar_wait(&q_full[next_qb], next_q_parity);
                 mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);

@@ -111,6 +111,15 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+/* Store four 8x8 16-bit matrices from their mma fragments: lane l gives the
+ * shared address of row l % 8 of matrix l / 8; register j of every lane
+ * holds its two elements of matrix j (row lane / 4, columns 2 (lane % 4), +1). */
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 /* ---- named barriers and register reallocation --------------------------- */
 
 __device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t nthreads) {
