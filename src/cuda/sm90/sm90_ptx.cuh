@@ -39,13 +39,18 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-/* Block until the barrier's phase with the given parity has completed. */
+/* Block until the barrier's phase with the given parity has completed. The
+ * suspend-time hint (10 ms, in ns) lets the thread sleep until the phase
+ * completes instead of returning after the hardware's short default and
+ * spinning: without it the two producer threads issued ~18% of the forward
+ * kernel's instructions in this loop, power that the capped clock then lacked
+ * (docs/perf/sm90.md, item 30). */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
     asm volatile(
         "{\n"
         ".reg .pred done;\n"
         "wait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, 10000000;\n"
         "@!done bra wait_%=;\n"
         "}\n" ::"r"(smem_addr(bar)),
         "r"(parity)
