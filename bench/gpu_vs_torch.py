@@ -8,9 +8,9 @@ Every cell times each contender with CUDA events on torch's current stream
 and reports the median of --reps timings. Before its timings each contender
 runs on its own for --settle-ms (default 150 ms): the H200 holds its clock at
 its power cap, and a kernel timed right after another one starts from the
-clock the other left (a contender timed after a light one measured up to 9%
-more than it sustains; docs/perf/sm90.md, item 30). FLOPs: forward
-4*B*H*S*S*D (halved for causal), backward 2.5x.
+clock the other left (interleaved with the others, cuDNN's head-dim-128 16k
+cell measured 672 TFLOP/s, settled 592; docs/perf/sm90.md, item 30). FLOPs:
+forward 4*B*H*S*S*D (halved for causal), backward 2.5x.
 
 Two timings (--timing):
   stream  events around a run of --burst back-to-back calls, divided by the
