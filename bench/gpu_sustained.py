@@ -61,9 +61,10 @@ def main():
 
     lib = g.Library(args.lib, "cuda")
     lib.use_current_stream()
-    csv = tempfile.NamedTemporaryFile(suffix=".csv", delete=False).name
+    samples = tempfile.NamedTemporaryFile(mode="w", suffix=".csv", delete=False)
+    csv = samples.name
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader",
-                            "-lms", "20"], stdout=open(csv, "w"), stderr=subprocess.DEVNULL)
+                            "-lms", "20"], stdout=samples, stderr=subprocess.DEVNULL)
     windows = []
     try:
         for cell in args.cells.split(","):
@@ -97,6 +98,7 @@ def main():
         time.sleep(0.1)
         smi.terminate()
         smi.wait()
+        samples.close()
     rows = read_samples(csv)
     os.unlink(csv)
     print("%-16s %-6s %12s %14s %8s %6s" % ("D:causal:B:S", "who", "first 20 TF", "settled TF", "MHz", "W"))
