@@ -349,6 +349,10 @@ static int check_all(bool small, bool varlen_only) {
     if (!varlen_only) { /* head dim 64 with a mask and long queries: the 192-row tiles */
         cases.push_back({1, 1500, 1601, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({1, 1700, 1300, 2, 2, 64, 0, 0, 300, 10, 0.f, false, 1.f, 0});
+        /* 192-row tiles whose warpgroups see no key of the first block, or
+         * have no row at all (1024 = 5 * 192 + 64; 2048 = 10 * 192 + 128) */
+        cases.push_back({1, 1024, 1024, 2, 1, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0});
+        cases.push_back({1, 2048, 2048, 2, 2, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
         /* head dim 128 without a mask, several tiles per CTA (one padded) */
         cases.push_back({3, 1024, 640, 8, 2, 128, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({2, 250, 1000, 4, 4, 120, 0, 0, -1, -1, 0.f, false, 1.f, 8});

@@ -716,15 +716,23 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
         Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
 
+        /* Address of Q buffer qb. Warp-uniform, so its descriptors sit in
+         * uniform registers and a Q K^T k-step costs a few uniform-datapath
+         * instructions in the turn (no vector-to-uniform moves). Head dim 256
+         * (16 k-steps) would then spill: there the address is opaque, and its
+         * descriptors are rebuilt per tile instead of held across the loop. */
+        auto q_buffer = [&](uint32_t qb) -> uint32_t {
+            const uint32_t a = q_base + qb * Cfg::Q_BYTES;
+            return Cfg::D == 256 ? (uint32_t)opaque_int((int)a) : a;
+        };
+
         /* A tile's first S in a turn of its own: the CTA's first tile, and
-         * every tile without JOIN. q_parity: the Q buffer's phase. The
-         * opaque Q address keeps its descriptors from being held in registers
-         * across the tile loop. */
+         * every tile without JOIN. q_parity: the Q buffer's phase. */
         auto issue_first_s = [&](uint32_t qb, uint32_t q_parity) {
             mbar_wait(&q_full[qb], q_parity);
             mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             named_bar_sync(my_turn, TURN_THREADS);
-            sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)(q_base + qb * Cfg::Q_BYTES)),
+            sm90_issue_qk<Cfg>(S, q_buffer(qb),
                                k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
         };
@@ -746,9 +754,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
         for (;;) {
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
-            /* opaque: the Q descriptors are then rebuilt per tile, not held in
-             * registers across the whole tile loop */
-            const uint32_t q_addr = (uint32_t)opaque_int((int)(q_base + qb * Cfg::Q_BYTES));
+            const uint32_t q_addr = q_buffer(qb);
             /* This tile's first (highest) kv block: its S was issued in an
              * earlier turn; nothing to overlap with until the next turn. */
             int n = tile.n_hi - 1;
@@ -815,7 +821,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
             sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
             if constexpr (Cfg::JOIN)
-                sm90_issue_qk<Cfg>(S, (uint32_t)opaque_int((int)(q_base + next_qb * Cfg::Q_BYTES)),
+                sm90_issue_qk<Cfg>(S, q_buffer(next_qb),
                                    k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
             /* without JOIN: find the next tile while the last P V runs */
@@ -871,7 +877,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         mbar_fence_init();
     }
     __syncthreads();
-    int wg = threadIdx.x / 128;
+    /* broadcast from lane 0: the compiler then knows the warpgroup index (and
+     * the shared-memory addresses made from it) to be warp-uniform, and keeps
+     * the consumers' Q descriptors in uniform registers */
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     if (wg == 0) {
         regs_dealloc<Cfg::PRODUCER_REGS>();
         /* lane 0 of warps 0 and 1: the Q/K and the V loader */
