@@ -557,7 +557,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_bwd_kernel(const __grid_
         mbar_fence_init();
     }
     __syncthreads();
-    const int wg = threadIdx.x / 128;
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0); /* warp-uniform for the compiler */
     if (wg == 0) {
         regs_dealloc<Cfg::PRODUCER_REGS>();
         if (threadIdx.x == 0) sm90_bwd_producer<Cfg>(p, smem, bars);
