@@ -732,8 +732,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             mbar_wait(&q_full[qb], q_parity);
             mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             named_bar_sync(my_turn, TURN_THREADS);
-            sm90_issue_qk<Cfg>(S, q_buffer(qb),
-                               k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
+            sm90_issue_qk<Cfg>(S, q_buffer(qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
         };
         issue_first_s(0, 0);
@@ -821,8 +820,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
             sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
             if constexpr (Cfg::JOIN)
-                sm90_issue_qk<Cfg>(S, q_buffer(next_qb),
-                                   k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
+                sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
             /* without JOIN: find the next tile while the last P V runs */
             if constexpr (!Cfg::JOIN) t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after(p, t), wg, tid, &next_tile);
