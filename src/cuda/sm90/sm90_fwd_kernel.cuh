@@ -150,6 +150,12 @@ struct Sm90FwdConfig {
      * the e4m3 packing into the turn), and spills with three consumers
      * (the fp32 probabilities live across the turn); item 30. */
     static constexpr bool LATE_PV_RETIRE = D == 256;
+    /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
+     * uniform registers and a Q K^T k-step costs a few uniform-datapath
+     * instructions in the turn (item 32). At head dim 256 (16 k-steps)
+     * holding them spills: there the address is made opaque and the
+     * descriptors are rebuilt per tile. */
+    static constexpr bool Q_DESC_UNIFORM = D != 256;
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -716,14 +722,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
         Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
 
-        /* Address of Q buffer qb. Warp-uniform, so its descriptors sit in
-         * uniform registers and a Q K^T k-step costs a few uniform-datapath
-         * instructions in the turn (no vector-to-uniform moves). Head dim 256
-         * (16 k-steps) would then spill: there the address is opaque, and its
-         * descriptors are rebuilt per tile instead of held across the loop. */
+        /* Address of Q buffer qb (see Q_DESC_UNIFORM). */
         auto q_buffer = [&](uint32_t qb) -> uint32_t {
             const uint32_t a = q_base + qb * Cfg::Q_BYTES;
-            return Cfg::D == 256 ? (uint32_t)opaque_int((int)a) : a;
+            return Cfg::Q_DESC_UNIFORM ? a : (uint32_t)opaque_int((int)a);
         };
 
         /* A tile's first S in a turn of its own: the CTA's first tile, and
