@@ -41,6 +41,22 @@ fa_status fa_set_error(fa_status s, const char *fmt, ...) {
     return s;
 }
 
+/* FA_SELFTEST_WHOLE=1: no workspace for the split tail, so every case runs
+ * whole tiles (the same cases, to compare against). */
+static bool whole_tiles_only(void) {
+    const char *e = getenv("FA_SELFTEST_WHOLE");
+    return e && atoi(e) != 0;
+}
+
+/* Whether fa_sm90_fwd will split the last wave (sm90_split_plan) with this workspace. */
+static bool split_planned(const fa_problem *p, const fa_exec *x) {
+    Sm90FwdParams k;
+    if (!sm90_fill_params(p, &k, NULL, 0)) return false;
+    const int grid = sm90_num_sms(x->device_index);
+    return sm90_split_plan(p, k, grid).tail_tiles > 0 && x->workspace &&
+           x->workspace_bytes >= sm90_workspace_bytes(p, k, grid);
+}
+
 #define CK(x)                                                                                    \
     do {                                                                                         \
         cudaError_t e_ = (x);                                                                    \
@@ -189,9 +205,18 @@ static int run_case(const Case &c0) {
         printf("UNSUPPORTED\n");
         return 1;
     }
+    void *ws = NULL; /* the split tail's counters and parts, where the plan has one */
+    x.workspace_bytes = whole_tiles_only() ? 0 : fa_sm90_fwd_workspace(&p, &x);
+    if (x.workspace_bytes) {
+        CK(cudaMalloc(&ws, x.workspace_bytes));
+        CK(cudaMemset(ws, 0xFF, x.workspace_bytes)); /* the launch itself must zero the counters */
+    }
+    x.workspace = ws;
+    const bool split = split_planned(&p, &x);
     if (fa_sm90_fwd(&p, &x) != FA_OK) return 1;
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
+    cudaFree(ws);
     std::vector<uint16_t> ho(hq.size());
     std::vector<float> hl(nlse);
     CK(cudaMemcpy(ho.data(), dout, ho.size() * 2, cudaMemcpyDeviceToHost));
@@ -298,9 +323,10 @@ static int run_case(const Case &c0) {
         printf(" | ");
     }
     printf("%s B=%d Sq=%d Sk=%d Hq=%d Hk=%d D=%d %s causal=%d tl=%d win=(%d,%d) cap=%g mag=%g pad=%d | err %.2e "
-           "naive %.2e lse %.2e max|o| %.2f unwritten %d pad %d empty %d\n",
+           "naive %.2e lse %.2e max|o| %.2f unwritten %d pad %d empty %d%s\n",
            ok ? "PASS" : "FAIL", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D, bf ? "bf16" : "f16", c.causal, c.top_left, c.wl,
-           c.wr, c.softcap, c.qscale, c.pad, err, err_naive, err_lse, maxref, unwritten, pad_touched, bad_empty);
+           c.wr, c.softcap, c.qscale, c.pad, err, err_naive, err_lse, maxref, unwritten, pad_touched, bad_empty,
+           split ? " split-tail" : "");
     return ok ? 0 : 1;
 }
 
@@ -321,6 +347,8 @@ static int check_all(bool small, bool varlen_only) {
         cases.push_back({1, 70, 150, 2, 2, 256, 1, 1, -1, -1, 0.f, false, 1.f, 0});
         cases.push_back(varlen_case(128, 1, 0, -1, -1, 0.f, true, 2, 1, {5, 0, 130, 64}, {7, 3, 200, 0}));
         cases.push_back(varlen_case(64, 0, 0, -1, -1, 0.f, false, 2, 2, {200, 1, 0}, {129, 300, 2}));
+        cases.push_back({2, 8, 3100, 99, 33, 72, 0, 0, -1, -1, 0.f, true, 1.f, 0});   /* split tail */
+        cases.push_back({2, 8, 1560, 99, 99, 136, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tail, O in the ring */
         int fails = 0;
         for (const Case &c : cases) fails += run_case(c);
         return fails != 0;
@@ -353,6 +381,16 @@ static int check_all(bool small, bool varlen_only) {
          * have no row at all (1024 = 5 * 192 + 64; 2048 = 10 * 192 + 128) */
         cases.push_back({1, 1024, 1024, 2, 1, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({1, 2048, 2048, 2, 2, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+        /* The split tail, on an H200 (132 SMs): 198 tiles leave a last wave
+         * of 66, whose kv blocks (25 per tile) are shared out 12.5 per CTA,
+         * so pieces split tiles and cross from one tile into the next. Few
+         * query rows keep the reference cheap; head dims 72, 120 and 136
+         * run on the 128 and 256 kernels. */
+        cases.push_back({2, 8, 3100, 99, 33, 72, 0, 0, -1, -1, 0.f, true, 1.f, 0});
+        cases.push_back({1, 129, 3100, 99, 1, 72, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* two m-blocks */
+        cases.push_back({2, 20, 3100, 99, 9, 120, 0, 0, -1, -1, 20.f, false, 3.f, 8}); /* softcap, f16 */
+        cases.push_back({2, 8, 3100, 99, 99, 120, 0, 0, -1, -1, 0.f, true, 4.f, 0});   /* large scores */
+        cases.push_back({2, 8, 1560, 99, 99, 136, 0, 0, -1, -1, 0.f, true, 1.f, 0});   /* 64-key blocks */
         /* head dim 128 without a mask, several tiles per CTA (one padded) */
         cases.push_back({3, 1024, 640, 8, 2, 128, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({2, 250, 1000, 4, 4, 120, 0, 0, -1, -1, 0.f, false, 1.f, 8});
@@ -455,7 +493,10 @@ static int run_fp8_case(const Case &c) {
     memset(&x, 0, sizeof x);
     x.workspace_bytes = fa_sm90_fwd_workspace(&p, &x);
     CK(cudaMalloc(&ws, x.workspace_bytes));
+    CK(cudaMemset(ws, 0xFF, x.workspace_bytes)); /* the launch itself must zero the split tail's counters */
     x.workspace = ws;
+    if (whole_tiles_only()) x.workspace_bytes = sm90_fp8_vt_bytes(&p);
+    if (split_planned(&p, &x)) printf("(split tail) ");
     if (fa_sm90_fwd(&p, &x) != FA_OK) return 1;
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
@@ -586,6 +627,7 @@ static int check_fp8(bool small) {
             cases.push_back({1, 300, 700, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
             cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, true, 3.f, 0});
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, true, 4.f, 0});
+            cases.push_back({2, 8, 3100, 99, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tail on an H200 */
         }
     }
     int fails = 0;
@@ -642,6 +684,41 @@ static void fill_normal_async(void *dst, size_t n, uint32_t seed, int fp8) {
     CK(cudaGetLastError());
 }
 
+/* Time per launch of n back-to-back launches, in milliseconds. */
+static double group_ms(const fa_problem *p, const fa_exec *x, int n) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    for (int i = 0; i < n; ++i) fa_sm90_fwd(p, x);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    CK(cudaGetLastError());
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms / n;
+}
+
+/* Whole-tile tail (xa) against split tail (xb) on the same problem, timed in
+ * alternating groups after ~150 ms of settling, so both see the same clock;
+ * medians of 8 groups each. */
+static void whole_vs_split_ms(const fa_problem *p, const fa_exec *xa, const fa_exec *xb, double *a, double *b) {
+    const double est = group_ms(p, xa, 3);
+    const int settle = std::max(3, (int)(150.0 / est)), n = std::max(3, (int)(10.0 / est));
+    group_ms(p, xa, settle);
+    std::vector<double> ta, tb;
+    for (int r = 0; r < 8; ++r) {
+        ta.push_back(group_ms(p, xa, n));
+        tb.push_back(group_ms(p, xb, n));
+    }
+    std::sort(ta.begin(), ta.end());
+    std::sort(tb.begin(), tb.end());
+    *a = (ta[3] + ta[4]) / 2;
+    *b = (tb[3] + tb[4]) / 2;
+}
+
 /* e4m3 timing: head dim 128, 16 heads, the standard (batch, seqlen) grid */
 static int bench_fp8(void) {
     const int bs[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};
@@ -677,13 +754,22 @@ static int bench_fp8(void) {
             p.has_mask = causal;
             fa_exec x;
             memset(&x, 0, sizeof x);
-            x.workspace_bytes = fa_sm90_fwd_workspace(&p, &x);
-            CK(cudaMalloc(&ws, x.workspace_bytes));
+            const size_t ws_bytes = fa_sm90_fwd_workspace(&p, &x);
+            CK(cudaMalloc(&ws, ws_bytes));
             x.workspace = ws;
-            double ms = median_fwd_ms(&p, &x);
+            x.workspace_bytes = sm90_fp8_vt_bytes(&p); /* V^T only: whole tiles in the last wave */
+            fa_exec xs = x;
+            xs.workspace_bytes = ws_bytes;
+            const bool split = split_planned(&p, &xs);
+            double ms, ms_split;
+            if (split)
+                whole_vs_split_ms(&p, &x, &xs, &ms, &ms_split);
+            else
+                ms = ms_split = median_fwd_ms(&p, &x);
             double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
-            printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f e4m3 (V transpose included)\n", D, causal, B, S, ms,
-                   flops / ms / 1e9);
+            printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f", D, causal, B, S, ms, flops / ms / 1e9);
+            if (split) printf(" split %-10.1f (x%.3f)", flops / ms_split / 1e9, ms / ms_split);
+            printf(" e4m3 (V transpose included)\n");
             cudaFree(q);
             cudaFree(k);
             cudaFree(v);
@@ -754,10 +840,25 @@ static int bench(int argc, char **argv) {
                 p.has_mask = causal;
                 fa_exec x;
                 memset(&x, 0, sizeof x);
-                double ms = median_fwd_ms(&p, &x);
+                /* without a workspace the last wave runs whole tiles; with
+                 * one, split where the plan says so: both, same inputs */
+                const size_t ws_bytes = fa_sm90_fwd_workspace(&p, &x);
+                void *ws = NULL;
+                if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
+                fa_exec xs = x;
+                xs.workspace = ws;
+                xs.workspace_bytes = ws_bytes;
+                const bool split = split_planned(&p, &xs);
+                double ms, ms_split;
+                if (split)
+                    whole_vs_split_ms(&p, &x, &xs, &ms, &ms_split);
+                else
+                    ms = ms_split = median_fwd_ms(&p, &x);
                 double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
-                printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f%s\n", D, causal, B, S, ms, flops / ms / 1e9,
-                       varlen ? (fa_sm90_fwd_supports(&p) ? " varlen" : " varlen UNSUPPORTED") : "");
+                printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f", D, causal, B, S, ms, flops / ms / 1e9);
+                if (split) printf(" split %-10.1f (x%.3f)", flops / ms_split / 1e9, ms / ms_split);
+                printf("%s\n", varlen ? (fa_sm90_fwd_supports(&p) ? " varlen" : " varlen UNSUPPORTED") : "");
+                cudaFree(ws);
                 cudaFree(cu);
                 cudaFree(q);
                 cudaFree(k);

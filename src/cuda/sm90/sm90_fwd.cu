@@ -22,9 +22,12 @@
 enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_D128 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
-template <bool BF16> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2>;
-template <bool BF16> using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2>; /* O staged in the Q buffer */
-using Sm90CfgF8D128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;               /* e4m3 in, bf16 out */
+/* SPLIT: the kernel with the split tail (sm90_split_plan) */
+template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
+template <bool BF16, bool SPLIT> /* O staged in the last K/V stage */
+using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT>;
+template <bool SPLIT> /* e4m3 in, bf16 out */
+using Sm90CfgF8D128 = Sm90FwdConfig<128, 128, 2, true, 2, true, false, SPLIT>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
     if (p->dtype == FA_F8_E4M3) return SM90_F8_D128;
@@ -102,6 +105,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     int64_t tiles = k->paired ? 2 * m * ((heads + 1) / 2) : m * heads;
     if (tiles >= ((int64_t)1 << 30)) return 0;
     k->num_tiles = (int)tiles;
+    k->tail_first = k->num_tiles; /* no split tail unless fa_sm90_fwd plans one */
     k->top_left = p->top_left;
     k->window_left = p->window_left;
     k->window_right = p->window_right;
@@ -114,6 +118,65 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
         k->scale_log2 = p->scale * log2e;
     }
     return 1;
+}
+
+/* The split tail (sm90_split_piece). With uniform tiles (non-causal, no
+ * window, batched) the last wave of a persistent grid of G CTAs holds
+ * R = tiles mod G of them: G - R CTAs idle while the others run a whole
+ * tile. Sharing the last wave's kv blocks out evenly and merging the parts
+ * ends every CTA at about the same time, for a fixed cost (zeroing the
+ * counters, a second tile start per CTA, the merge at the end). Taken when
+ * the idle time it saves, (G - R) / G of a tile, is at least
+ * SM90_SPLIT_MIN_SAVED kv blocks of 128 keys at head dim 128 (measured on
+ * the H200: -0.5..-8% where it saves 2 to 8 such blocks, +1..+5% from 16
+ * up; docs/perf/sm90.md, item 35), and each CTA's share holds at least two
+ * kv blocks. */
+enum { SM90_SPLIT_MIN_SAVED = 12, SM90_SPLIT_MIN_SHARE = 2 };
+
+struct Sm90SplitPlan {
+    int tail_tiles;      /* R: 0 = no split */
+    int blocks;          /* kv blocks per tile */
+    uint32_t work;       /* R * blocks */
+    size_t count_bytes;  /* per (tail tile, consumer) counters, zeroed per launch */
+    size_t partial_bytes;
+};
+
+static size_t sm90_align256(size_t n) { return (n + 255) / 256 * 256; }
+
+static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k, int grid) {
+    Sm90SplitPlan s;
+    memset(&s, 0, sizeof s);
+    if (k.paired || p->window_left < FA_UNBOUNDED || p->cu_seqlens_q) return s; /* tiles of unequal work */
+    if (sm90_padded_head_dim(p->D) == 64 && p->dtype != FA_F8_E4M3) return s;  /* no SPLIT_TAIL kernel (JOIN) */
+    const int tail = k.num_tiles % grid;
+    if (k.num_tiles <= grid || tail == 0) return s;
+    const int64_t blocks = (p->Sk + sm90_block_n(p) - 1) / sm90_block_n(p);
+    const int64_t work = (int64_t)tail * blocks;
+    if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
+    const int consumers = sm90_block_m(p) / 64;
+    const int d = p->dtype == FA_F8_E4M3 ? 128 : sm90_padded_head_dim(p->D);
+    /* idle time saved, in blocks of 128 keys x head dim 128 */
+    const int64_t saved = (int64_t)(grid - tail) * blocks * sm90_block_n(p) * d; /* x grid * 128 * 128 */
+    if (saved < (int64_t)SM90_SPLIT_MIN_SAVED * grid * 128 * 128) return s;
+    s.tail_tiles = tail;
+    s.blocks = (int)blocks;
+    s.work = (uint32_t)work;
+    s.count_bytes = sm90_align256((size_t)tail * consumers * sizeof(int));
+    /* one slot per piece: pieces are numbered c + r < grid + tail - 1 (sm90_split_slot) */
+    s.partial_bytes = (size_t)(grid + tail - 1) * consumers * (d / 8 + 1) * 128 * sizeof(float4);
+    return s;
+}
+
+/* Workspace: e4m3's V^T, then the split tail's counters and parts. */
+static size_t sm90_split_offset(const fa_problem *p) {
+    return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) : 0;
+}
+
+static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90FwdParams &k, int grid) {
+    const Sm90SplitPlan s = sm90_split_plan(p, k, grid);
+    const size_t split = s.count_bytes + s.partial_bytes;
+    if (p->dtype == FA_F8_E4M3) return split ? sm90_split_offset(p) + split : sm90_fp8_vt_bytes(p);
+    return split;
 }
 
 extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
@@ -144,8 +207,9 @@ extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
 }
 
 extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
-    (void)x;
-    return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : 0;
+    Sm90FwdParams k;
+    if (!sm90_fill_params(p, &k, NULL, 0)) return 0;
+    return sm90_workspace_bytes(p, k, sm90_num_sms(x->device_index));
 }
 
 /* e4m3: writes V^T (B, Hk, D, keys) with each 32-key chunk's keys permuted
@@ -192,13 +256,20 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     return FA_OK;
 }
 
+/* The SPLIT_TAIL kernel where the plan in k shares the last wave out, else
+ * the plain one. */
+template <class Plain, class Split>
+static fa_status sm90_launch_tail(const Sm90FwdParams &k, const fa_exec *x) {
+    return k.tail_first < k.num_tiles ? sm90_launch<Split>(k, x) : sm90_launch<Plain>(k, x);
+}
+
 template <bool BF16>
 static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     switch (sm90_pick(p)) {
     case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(k, x);
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(k, x);
-    case SM90_D128: return sm90_launch<Sm90CfgD128<BF16>>(k, x);
-    case SM90_D256: return sm90_launch<Sm90CfgD256<BF16>>(k, x);
+    case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(k, x);
+    case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(k, x);
     case SM90_F8_D128: break; /* launched by fa_sm90_fwd */
     }
     return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: no kernel for head dim %lld", (long long)p->D);
@@ -212,6 +283,22 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     if (!sm90_fill_params(p, &k, fp8 ? x->workspace : NULL, 1))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: problem is not addressable by TMA");
     if (k.num_tiles == 0) return FA_OK;
+    /* The split tail, where the workspace has room for it (a caller of this
+     * function without one gets whole tiles). */
+    const int grid = sm90_num_sms(x->device_index);
+    const Sm90SplitPlan split = sm90_split_plan(p, k, grid);
+    if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, k, grid)) {
+        uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);
+        k.split_count = (int *)ws;
+        k.split_partial = (float4 *)(ws + split.count_bytes);
+        k.tail_first = k.num_tiles - split.tail_tiles;
+        k.num_tiles = k.tail_first + 2 * grid; /* two pieces per CTA (sm90_tile_after) */
+        k.split_blocks = split.blocks;
+        k.split_work = split.work;
+        cudaError_t e = cudaMemsetAsync(k.split_count, 0, split.count_bytes, (cudaStream_t)x->stream);
+        if (e != cudaSuccess)
+            return fa_set_error(FA_ERR_CUDA, "sm90 forward: split counters: %s", cudaGetErrorString(e));
+    }
     if (fp8) {
         const int keys = (int)sm90_fp8_vt_keys(p);
         dim3 grid((unsigned)((keys + 63) / 64), (unsigned)p->Hk, (unsigned)p->B);
@@ -220,7 +307,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
             (uint8_t *)x->workspace);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
-        return sm90_launch<Sm90CfgF8D128>(k, x);
+        return sm90_launch_tail<Sm90CfgF8D128<false>, Sm90CfgF8D128<true>>(k, x);
     }
     return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);
 }

@@ -85,6 +85,16 @@ struct Sm90FwdParams {
      * NULL means 1. */
     const float *q_descale, *k_descale, *v_descale;
     int hk;
+    /* Split tail (sm90_split_piece): tiles from tail_first on (= num_tiles
+     * when off) are the last, partial wave; their kv blocks, split_blocks per
+     * tile laid end to end (split_work in all), are shared out evenly to the
+     * CTAs. Each piece leaves its unnormalised O and row statistics in
+     * split_partial; the last piece of a tile to finish (split_count) merges
+     * them and writes the tile. */
+    int tail_first, split_blocks;
+    uint32_t split_work;
+    float4 *split_partial;
+    int *split_count; /* per (tail tile, consumer), zero at launch */
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
@@ -96,7 +106,8 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
-template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false>
+template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false,
+          bool SPLIT_TAIL_ = false>
 struct Sm90FwdConfig {
     static constexpr int D = D_;           /* head dim (= Dv) */
     static constexpr int CONSUMERS = CONSUMERS_; /* consumer warpgroups, 64 query rows each */
@@ -156,6 +167,13 @@ struct Sm90FwdConfig {
      * holding them spills: there the address is made opaque and the
      * descriptors are rebuilt per tile. */
     static constexpr bool Q_DESC_UNIFORM = D != 256;
+    /* The split tail (sm90_split_piece), compiled into a kernel of its own:
+     * the code it adds to every tile start and end cost the head-dim-128
+     * kernel 1-2% on short sequences, where the host never splits
+     * (docs/perf/sm90.md, item 35). Not with JOIN: there the next tile's S
+     * is in flight through the epilogue, and the merge made ptxas spill. */
+    static constexpr bool SPLIT_TAIL = SPLIT_TAIL_;
+    static_assert(!SPLIT_TAIL || !JOIN, "the split tail's merge does not fit beside a joined S");
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -221,15 +239,44 @@ __device__ __forceinline__ int sm90_first_tile(const Sm90FwdParams &p) {
     return p.paired ? 2 * (int)blockIdx.x : (int)blockIdx.x;
 }
 
+template <class Cfg>
 __device__ __forceinline__ int sm90_tile_after(const Sm90FwdParams &p, int t) {
-    if (!p.paired) return t + grid_ctas();
-    return t % 2 == 0 ? t + 1 : 2 * (t / 2 + grid_ctas());
+    if (p.paired) return t % 2 == 0 ? t + 1 : 2 * (t / 2 + grid_ctas());
+    if (!Cfg::SPLIT_TAIL) return t + grid_ctas();
+    if (t < p.tail_first) { /* whole tiles, then this CTA's two tail pieces */
+        t += grid_ctas();
+        return t < p.tail_first ? t : p.tail_first + 2 * (int)blockIdx.x;
+    }
+    return (t - p.tail_first) & 1 ? p.num_tiles : t + 1;
+}
+
+/* Tail piece t (t >= p.tail_first; non-paired order, every tile with the
+ * same split_blocks kv blocks): CTA c = (t - tail_first) / 2 owns positions
+ * [c W / G, (c + 1) W / G) of the W = split_work tail blocks laid end to end,
+ * which fall in at most two tiles (a CTA's share is under one tile); its
+ * k-th piece (k = (t - tail_first) % 2) is the part in its k-th tile. Returns
+ * that tile's index within the tail and sets the piece's kv blocks [*lo, *hi)
+ * (empty when the share lies in one tile only). */
+__device__ __forceinline__ int sm90_split_piece(const Sm90FwdParams &p, int t, int *lo, int *hi) {
+    const uint32_t c = (uint32_t)(t - p.tail_first) >> 1, g = (uint32_t)grid_ctas(), nb = (uint32_t)p.split_blocks;
+    const uint32_t a = c * p.split_work / g, b = (c + 1) * p.split_work / g; /* host: split_work * G < 2^32 */
+    const int r = (int)(a / nb) + ((t - p.tail_first) & 1);
+    *lo = max((int)a - r * (int)nb, 0);
+    *hi = min((int)b - r * (int)nb, (int)nb);
+    return r;
+}
+
+/* The CTA whose tail share holds position x (inverse of the shares above). */
+__device__ __forceinline__ int sm90_split_owner(const Sm90FwdParams &p, uint32_t x) {
+    return (int)(((x + 1) * (uint32_t)grid_ctas() - 1) / p.split_work);
 }
 
 template <class Cfg>
 __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int t) {
     Sm90Tile tile;
-    int hb;
+    int hb, split_lo = 0, split_hi = 0;
+    const bool piece = Cfg::SPLIT_TAIL && !p.paired && t >= p.tail_first;
+    if (piece) t = p.tail_first + sm90_split_piece(p, t, &split_lo, &split_hi);
     if (p.paired) {
         const int u = t >> 1, h = t & 1; /* t >= 0 */
         int g;
@@ -265,6 +312,11 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
         tile.n_lo = (int)(lo / Cfg::BN);
         tile.n_hi = (int)((hi + Cfg::BN - 1) / Cfg::BN);
     }
+    if (piece) { /* a tail piece: its own kv blocks; an empty one is no tile */
+        tile.n_lo = split_lo;
+        tile.n_hi = split_hi;
+        if (split_hi <= split_lo) tile.batch = p.batch;
+    }
     return tile;
 }
 
@@ -290,7 +342,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         tma_prefetch_map(&p.tm_v);
     }
     uint32_t it = 0, tile_iter = 0;
-    for (int t = sm90_first_tile(p); t < p.num_tiles; t = sm90_tile_after(p, t)) {
+    for (int t = sm90_first_tile(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
         if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
@@ -557,7 +609,7 @@ __device__ __forceinline__ int sm90_first_row(const Sm90Tile &tile, int wg, int 
  * tiles. */
 template <class Cfg>
 __device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t, int wg, int tid, Sm90Tile *found) {
-    for (; t < p.num_tiles; t = sm90_tile_after(p, t)) {
+    for (; t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
         if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi > tile.n_lo) {
@@ -688,6 +740,66 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
     }
 }
 
+/* Slot of the piece CTA c computes of tail tile r. In position order the
+ * pieces are numbered c + r (a CTA's second piece lies in the tile after its
+ * first, and CTA c + 1 starts where CTA c ends), so no two share a slot. Per
+ * consumer warpgroup a slot holds D / 8 float4s of O and one of (row max,
+ * row sum) per thread, thread-minor so that a warp's stores are contiguous. */
+template <class Cfg>
+__device__ __forceinline__ float4 *sm90_split_slot(const Sm90FwdParams &p, int slot, int wg, int tid) {
+    return p.split_partial + (size_t)(slot * Cfg::CONSUMERS + wg) * (Cfg::D / 8 + 1) * 128 + tid;
+}
+
+/* The end of tail piece t: its O is one part of its tile's. Leaves the part
+ * (unnormalised O, the row maxima and the thread's partial row sums) in its
+ * slot; the tile's last piece to get here merges every part, in position
+ * order (so the result does not depend on which piece that is), into O,
+ * row_max and row_sum, and returns true: it writes the tile. */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_split_merge(const Sm90FwdParams &p, int t, float *O, float *row_max,
+                                                 float *row_sum, float s_log2, int wg, int tid) {
+    constexpr int CHUNKS = Cfg::D / 8; /* float4s of O per thread */
+    int lo, hi; /* the piece's kv blocks: not needed here */
+    const int r = sm90_split_piece(p, t, &lo, &hi);
+    float4 *mine = sm90_split_slot<Cfg>(p, ((t - p.tail_first) >> 1) + r, wg, tid);
+#pragma unroll
+    for (int j = 0; j < CHUNKS; ++j) mine[j * 128] = make_float4(O[4 * j], O[4 * j + 1], O[4 * j + 2], O[4 * j + 3]);
+    mine[CHUNKS * 128] = make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]);
+    __threadfence(); /* the part is visible GPU-wide before the count says it is there */
+    named_bar_sync(BAR_EPI0 + wg, 128);
+    const uint32_t nb = (uint32_t)p.split_blocks;
+    const int first = sm90_split_owner(p, r * nb), last = sm90_split_owner(p, (r + 1) * nb - 1);
+    bool tile_done = false;
+    if (tid == 0) tile_done = atomicAdd(&p.split_count[r * Cfg::CONSUMERS + wg], 1) == last - first;
+    if (!named_bar_sync_or(BAR_EPI0 + wg, 128, tile_done)) return false;
+    __threadfence(); /* and read after the count */
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+    for (int c = first; c <= last; ++c) {
+        const float4 *part = sm90_split_slot<Cfg>(p, c + r, wg, tid);
+        const float4 stats = __ldcg(part + CHUNKS * 128);
+        float keep[2], take[2]; /* factors of the merged rows so far and of this part */
+        for (int h = 0; h < 2; ++h) {
+            const float m = h ? stats.y : stats.x, l = h ? stats.w : stats.z;
+            const float mx = fmaxf(row_max[h], m);
+            const float sub = mx == -INFINITY ? 0.f : mx * s_log2; /* rows hidden in both: avoid inf - inf */
+            keep[h] = fast_exp2(row_max[h] * s_log2 - sub);      /* 0 before the first part */
+            take[h] = fast_exp2(m * s_log2 - sub);
+            row_sum[h] = row_sum[h] * keep[h] + l * take[h];
+            row_max[h] = mx;
+        }
+#pragma unroll
+        for (int j = 0; j < CHUNKS; ++j) { /* O[4j], O[4j+1]: the thread's first row; O[4j+2], O[4j+3]: its second */
+            const float4 v = __ldcg(part + j * 128);
+            O[4 * j] = O[4 * j] * keep[0] + v.x * take[0];
+            O[4 * j + 1] = O[4 * j + 1] * keep[0] + v.y * take[0];
+            O[4 * j + 2] = O[4 * j + 2] * keep[1] + v.z * take[1];
+            O[4 * j + 3] = O[4 * j + 3] * keep[1] + v.w * take[1];
+        }
+    }
+    return true;
+}
+
 /*
  * A consumer warpgroup walks its CTA's tiles as one stream of kv blocks. Per
  * block it takes one turn at the tensor cores: S of this block and P V of the
@@ -809,7 +921,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
              * S runs on stale data and is dropped: the turn is then the same on
              * every path, as ptxas needs to keep the wgmma pipeline open. */
             int t_next = p.num_tiles;
-            if constexpr (Cfg::JOIN) t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after(p, t), wg, tid, &next_tile);
+            if constexpr (Cfg::JOIN)
+                t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
             const uint32_t next_qb = (tile_iter + 1) % Cfg::Q_BUFS;
             const uint32_t next_q_parity = ((tile_iter + 1) / Cfg::Q_BUFS) & 1;
             mbar_wait(&v_full[prev_stage], prev_parity);
@@ -825,7 +938,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
             /* without JOIN: find the next tile while the last P V runs */
-            if constexpr (!Cfg::JOIN) t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after(p, t), wg, tid, &next_tile);
+            if constexpr (!Cfg::JOIN)
+                t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
             uint8_t *o_stage = o_buf;
@@ -839,7 +953,15 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             }
             if (tid == 0 && !(Cfg::O_IN_RING && wg == 1)) mbar_arrive(&v_empty[prev_stage]);
 
-            sm90_epilogue<Cfg>(p, tile, O, row_max, row_sum, rows.s_log2, o_stage, stage_empty, wg, tid);
+            /* A tail piece writes its tile only when it is the tile's last. */
+            if (!Cfg::SPLIT_TAIL || t < p.tail_first ||
+                sm90_split_merge<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, wg, tid)) {
+                sm90_epilogue<Cfg>(p, tile, O, row_max, row_sum, rows.s_log2, o_stage, stage_empty, wg, tid);
+            } else if constexpr (Cfg::O_IN_RING) {
+                /* the staging stage goes back unused, after the same hand-over as the epilogue's */
+                named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
+                if (tid == 0) mbar_arrive(stage_empty);
+            }
             ++tile_iter;
             if (t_next >= p.num_tiles) {
                 wgmma_wait<0>(); /* with JOIN: the dropped S */
