@@ -285,14 +285,14 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     if (k.num_tiles == 0) return FA_OK;
     /* The split tail, where the workspace has room for it (a caller of this
      * function without one gets whole tiles). */
-    const int grid = sm90_num_sms(x->device_index);
-    const Sm90SplitPlan split = sm90_split_plan(p, k, grid);
-    if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, k, grid)) {
+    const int ctas = sm90_num_sms(x->device_index); /* the persistent grid (sm90_launch) */
+    const Sm90SplitPlan split = sm90_split_plan(p, k, ctas);
+    if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, k, ctas)) {
         uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);
         k.split_count = (int *)ws;
         k.split_partial = (float4 *)(ws + split.count_bytes);
         k.tail_first = k.num_tiles - split.tail_tiles;
-        k.num_tiles = k.tail_first + 2 * grid; /* two pieces per CTA (sm90_tile_after) */
+        k.num_tiles = k.tail_first + 2 * ctas; /* two pieces per CTA (sm90_tile_after) */
         k.split_blocks = split.blocks;
         k.split_work = split.work;
         cudaError_t e = cudaMemsetAsync(k.split_count, 0, split.count_bytes, (cudaStream_t)x->stream);

@@ -276,7 +276,7 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
     Sm90Tile tile;
     int hb, split_lo = 0, split_hi = 0;
     const bool piece = Cfg::SPLIT_TAIL && !p.paired && t >= p.tail_first;
-    if (piece) t = p.tail_first + sm90_split_piece(p, t, &split_lo, &split_hi);
+    if (piece) t = p.tail_first + sm90_split_piece(p, t, &split_lo, &split_hi); /* decoded as its tile */
     if (p.paired) {
         const int u = t >> 1, h = t & 1; /* t >= 0 */
         int g;
