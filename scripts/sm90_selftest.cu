@@ -719,6 +719,21 @@ static void whole_vs_split_ms(const fa_problem *p, const fa_exec *xa, const fa_e
     *b = (tb[3] + tb[4]) / 2;
 }
 
+/* One timing cell: whole tiles with xa and, where the plan splits with xb's
+ * workspace, the split tail against them; prints the line up to its tag. */
+static void bench_cell(const fa_problem *p, const fa_exec *xa, const fa_exec *xb, int B, int H, int S, int D,
+                       int causal) {
+    const bool split = split_planned(p, xb);
+    double ms, ms_split;
+    if (split)
+        whole_vs_split_ms(p, xa, xb, &ms, &ms_split);
+    else
+        ms = ms_split = median_fwd_ms(p, xa);
+    const double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
+    printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f", D, causal, B, S, ms, flops / ms / 1e9);
+    if (split) printf(" split %-10.1f (x%.3f)", flops / ms_split / 1e9, ms / ms_split);
+}
+
 /* e4m3 timing: head dim 128, 16 heads, the standard (batch, seqlen) grid */
 static int bench_fp8(void) {
     const int bs[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};
@@ -760,15 +775,7 @@ static int bench_fp8(void) {
             x.workspace_bytes = sm90_fp8_vt_bytes(&p); /* V^T only: whole tiles in the last wave */
             fa_exec xs = x;
             xs.workspace_bytes = ws_bytes;
-            const bool split = split_planned(&p, &xs);
-            double ms, ms_split;
-            if (split)
-                whole_vs_split_ms(&p, &x, &xs, &ms, &ms_split);
-            else
-                ms = ms_split = median_fwd_ms(&p, &x);
-            double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
-            printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f", D, causal, B, S, ms, flops / ms / 1e9);
-            if (split) printf(" split %-10.1f (x%.3f)", flops / ms_split / 1e9, ms / ms_split);
+            bench_cell(&p, &x, &xs, B, H, S, D, causal);
             printf(" e4m3 (V transpose included)\n");
             cudaFree(q);
             cudaFree(k);
@@ -848,15 +855,7 @@ static int bench(int argc, char **argv) {
                 fa_exec xs = x;
                 xs.workspace = ws;
                 xs.workspace_bytes = ws_bytes;
-                const bool split = split_planned(&p, &xs);
-                double ms, ms_split;
-                if (split)
-                    whole_vs_split_ms(&p, &x, &xs, &ms, &ms_split);
-                else
-                    ms = ms_split = median_fwd_ms(&p, &x);
-                double flops = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1);
-                printf("%-6d %-6d %-6d %-6d %-10.4f %-10.1f", D, causal, B, S, ms, flops / ms / 1e9);
-                if (split) printf(" split %-10.1f (x%.3f)", flops / ms_split / 1e9, ms / ms_split);
+                bench_cell(&p, &x, &xs, B, H, S, D, causal);
                 printf("%s\n", varlen ? (fa_sm90_fwd_supports(&p) ? " varlen" : " varlen UNSUPPORTED") : "");
                 cudaFree(ws);
                 cudaFree(cu);
