@@ -52,9 +52,8 @@ static bool whole_tiles_only(void) {
 static bool split_planned(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
     if (!sm90_fill_params(p, &k, NULL, 0)) return false;
-    const int grid = sm90_num_sms(x->device_index);
-    return sm90_split_plan(p, k, grid).tail_tiles > 0 && x->workspace &&
-           x->workspace_bytes >= sm90_workspace_bytes(p, k, grid);
+    const Sm90SplitPlan s = sm90_split_plan(p, k, sm90_num_sms(x->device_index));
+    return s.tail_tiles > 0 && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, s);
 }
 
 #define CK(x)                                                                                    \

@@ -147,7 +147,8 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     Sm90SplitPlan s;
     memset(&s, 0, sizeof s);
     if (k.paired || p->window_left < FA_UNBOUNDED || p->cu_seqlens_q) return s; /* tiles of unequal work */
-    if (sm90_padded_head_dim(p->D) == 64 && p->dtype != FA_F8_E4M3) return s;  /* no SPLIT_TAIL kernel (JOIN) */
+    const sm90_variant v = sm90_pick(p);
+    if (v == SM90_D64_M192 || v == SM90_D64_M128) return s; /* no SPLIT_TAIL instance (Sm90FwdConfig) */
     const int tail = k.num_tiles % grid;
     if (k.num_tiles <= grid || tail == 0) return s;
     const int64_t blocks = (p->Sk + sm90_block_n(p) - 1) / sm90_block_n(p);
@@ -172,8 +173,7 @@ static size_t sm90_split_offset(const fa_problem *p) {
     return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) : 0;
 }
 
-static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90FwdParams &k, int grid) {
-    const Sm90SplitPlan s = sm90_split_plan(p, k, grid);
+static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) {
     const size_t split = s.count_bytes + s.partial_bytes;
     if (p->dtype == FA_F8_E4M3) return split ? sm90_split_offset(p) + split : sm90_fp8_vt_bytes(p);
     return split;
@@ -209,7 +209,7 @@ extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
 extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
     if (!sm90_fill_params(p, &k, NULL, 0)) return 0;
-    return sm90_workspace_bytes(p, k, sm90_num_sms(x->device_index));
+    return sm90_workspace_bytes(p, sm90_split_plan(p, k, sm90_num_sms(x->device_index)));
 }
 
 /* e4m3: writes V^T (B, Hk, D, keys) with each 32-key chunk's keys permuted
@@ -287,7 +287,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
      * function without one gets whole tiles). */
     const int ctas = sm90_num_sms(x->device_index); /* the persistent grid (sm90_launch) */
     const Sm90SplitPlan split = sm90_split_plan(p, k, ctas);
-    if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, k, ctas)) {
+    if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, split)) {
         uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);
         k.split_count = (int *)ws;
         k.split_partial = (float4 *)(ws + split.count_bytes);

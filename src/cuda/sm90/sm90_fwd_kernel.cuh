@@ -266,6 +266,12 @@ __device__ __forceinline__ int sm90_split_piece(const Sm90FwdParams &p, int t, i
     return r;
 }
 
+/* Just the tile of tail piece t (its index within the tail). */
+__device__ __forceinline__ int sm90_split_tile(const Sm90FwdParams &p, int t) {
+    int lo, hi;
+    return sm90_split_piece(p, t, &lo, &hi);
+}
+
 /* The CTA whose tail share holds position x (inverse of the shares above). */
 __device__ __forceinline__ int sm90_split_owner(const Sm90FwdParams &p, uint32_t x) {
     return (int)(((x + 1) * (uint32_t)grid_ctas() - 1) / p.split_work);
@@ -759,8 +765,7 @@ template <class Cfg>
 __device__ __forceinline__ bool sm90_split_merge(const Sm90FwdParams &p, int t, float *O, float *row_max,
                                                  float *row_sum, float s_log2, int wg, int tid) {
     constexpr int CHUNKS = Cfg::D / 8; /* float4s of O per thread */
-    int lo, hi; /* the piece's kv blocks: not needed here */
-    const int r = sm90_split_piece(p, t, &lo, &hi);
+    const int r = sm90_split_tile(p, t);
     float4 *mine = sm90_split_slot<Cfg>(p, ((t - p.tail_first) >> 1) + r, wg, tid);
 #pragma unroll
     for (int j = 0; j < CHUNKS; ++j) mine[j * 128] = make_float4(O[4 * j], O[4 * j + 1], O[4 * j + 2], O[4 * j + 3]);
