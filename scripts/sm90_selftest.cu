@@ -622,11 +622,15 @@ static int check_fp8(bool small) {
             cases.push_back({1, 203, 113, 2, 2, D, 1, 1, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({1, 203, 113, 2, 2, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({2, 1023, 1024, 4, 1, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+            /* masked problems past 1024 queries take the 224-key blocks */
+            cases.push_back({1, 1500, 1700, 2, 1, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({1, 1500, 1300, 2, 2, D, 1, 1, -1, -1, 0.f, true, 1.f, 0});
+            cases.push_back({1, 1100, 1300, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
             cases.push_back({1, 3, 799, 2, 2, D, 0, 0, -1, -1, 0.f, true, 1.f, 16});
             cases.push_back({1, 300, 700, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
             cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, true, 3.f, 0});
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, true, 4.f, 0});
-            cases.push_back({2, 8, 3100, 99, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tail on an H200 */
+            cases.push_back({2, 8, 3100, 99, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* a partial last wave */
         }
     }
     int fails = 0;

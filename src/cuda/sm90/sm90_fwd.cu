@@ -18,19 +18,24 @@
  * warpgroups = query rows / 64, e4m3, joined tile boundaries). Head dim 64 is
  * softmax-bound, so three consumers share the tensor cores there, except for
  * short masked problems where 192-row tiles leave the machine unbalanced; only
- * with three consumers does joining tile boundaries pay (docs/perf/sm90.md). */
-enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_D128 };
+ * with three consumers does joining tile boundaries pay. e4m3 takes 224-key
+ * blocks (an e4m3 key costs half the shared memory of a 16-bit one, and the
+ * per-block softmax work amortises over more keys), except for short masked
+ * problems, where a causal tile's last block would be mostly hidden
+ * (docs/perf/sm90.md, item 36). */
+enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_N224, SM90_F8_N128 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
 template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
 template <bool BF16, bool SPLIT> /* O staged in the last K/V stage */
 using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT>;
-template <bool SPLIT> /* e4m3 in, bf16 out */
-using Sm90CfgF8D128 = Sm90FwdConfig<128, 128, 2, true, 2, true, false, SPLIT>;
+/* e4m3 in, bf16 out */
+using Sm90CfgF8N224 = Sm90FwdConfig<128, 224, 2, true, 2, true>;
+using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
-    if (p->dtype == FA_F8_E4M3) return SM90_F8_D128;
+    if (p->dtype == FA_F8_E4M3) return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_N224;
     switch (sm90_padded_head_dim(p->D)) {
     case 64: return p->has_mask && p->Sq <= 1024 ? SM90_D64_M128 : SM90_D64_M192;
     case 128: return SM90_D128;
@@ -40,7 +45,24 @@ static sm90_variant sm90_pick(const fa_problem *p) {
 
 /* Query rows per tile (the tile's BM) and keys per block (BN). */
 static int sm90_block_m(const fa_problem *p) { return sm90_pick(p) == SM90_D64_M192 ? 192 : 128; }
-static int sm90_block_n(const fa_problem *p) { return sm90_pick(p) == SM90_D256 ? 64 : 128; }
+static int sm90_block_n(const fa_problem *p) {
+    switch (sm90_pick(p)) {
+    case SM90_D256: return Sm90CfgD256<true, false>::BN;
+    case SM90_F8_N224: return Sm90CfgF8N224::BN;
+    default: return 128;
+    }
+}
+
+/* e4m3: keys per V^T slab (one TMA box, Sm90FwdConfig::VT_SLAB_KEYS). */
+static int sm90_vt_slab_keys(const fa_problem *p) {
+    return sm90_pick(p) == SM90_F8_N224 ? Sm90CfgF8N224::VT_SLAB_KEYS : Sm90CfgF8N128::VT_SLAB_KEYS;
+}
+
+/* Whether the variant has a kernel with the split tail (sm90_split_plan):
+ * not head dim 64's (its three-consumer kernel spills with the merge) nor
+ * e4m3's (with 224-key blocks the split kernel spilled and ran slower than
+ * whole tiles; docs/perf/sm90.md, items 35 and 36). */
+static int sm90_has_split_tail(sm90_variant v) { return v == SM90_D128 || v == SM90_D256; }
 
 /* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key chunks). */
 static int64_t sm90_fp8_vt_keys(const fa_problem *p) { return (p->Sk + 31) / 32 * 32; }
@@ -66,8 +88,11 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
         const int64_t keys = sm90_fp8_vt_keys(p);
         fa_view vt_view = {vt ? vt : (void *)(uintptr_t)1024, p->Hk * D * keys, keys, D * keys};
         /* whole 128-row boxes: rows past D are zero-filled and count towards
-         * the transaction bytes the producer expects (KV_BYTES) */
-        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, 128)) return 0;
+         * the transaction bytes the producer expects (KV_BYTES); a box is
+         * one V^T slab wide (Sm90FwdConfig::VT_SLAB_KEYS) */
+        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, 128,
+                           sm90_vt_slab_keys(p)))
+            return 0;
         k->q_descale = p->q_descale;
         k->k_descale = p->k_descale;
         k->v_descale = p->v_descale;
@@ -148,14 +173,14 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     memset(&s, 0, sizeof s);
     if (k.paired || p->window_left < FA_UNBOUNDED || p->cu_seqlens_q) return s; /* tiles of unequal work */
     const sm90_variant v = sm90_pick(p);
-    if (v == SM90_D64_M192 || v == SM90_D64_M128) return s; /* no SPLIT_TAIL instance (Sm90FwdConfig) */
+    if (!sm90_has_split_tail(v)) return s;
     const int tail = k.num_tiles % grid;
     if (k.num_tiles <= grid || tail == 0) return s;
     const int64_t blocks = (p->Sk + sm90_block_n(p) - 1) / sm90_block_n(p);
     const int64_t work = (int64_t)tail * blocks;
     if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
     const int consumers = sm90_block_m(p) / 64;
-    const int d = p->dtype == FA_F8_E4M3 ? 128 : sm90_padded_head_dim(p->D);
+    const int d = sm90_padded_head_dim(p->D);
     /* idle time saved, in blocks of 128 keys x head dim 128 */
     const int64_t saved = (int64_t)(grid - tail) * blocks * sm90_block_n(p) * d; /* x grid * 128 * 128 */
     if (saved < (int64_t)SM90_SPLIT_MIN_SAVED * grid * 128 * 128) return s;
@@ -168,15 +193,9 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     return s;
 }
 
-/* Workspace: e4m3's V^T, then the split tail's counters and parts. */
-static size_t sm90_split_offset(const fa_problem *p) {
-    return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) : 0;
-}
-
+/* Workspace: e4m3's V^T, or the split tail's counters and parts. */
 static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) {
-    const size_t split = s.count_bytes + s.partial_bytes;
-    if (p->dtype == FA_F8_E4M3) return split ? sm90_split_offset(p) + split : sm90_fp8_vt_bytes(p);
-    return split;
+    return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : s.count_bytes + s.partial_bytes;
 }
 
 extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
@@ -270,7 +289,8 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(k, x);
     case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(k, x);
     case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(k, x);
-    case SM90_F8_D128: break; /* launched by fa_sm90_fwd */
+    case SM90_F8_N224:
+    case SM90_F8_N128: break; /* launched by fa_sm90_fwd */
     }
     return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: no kernel for head dim %lld", (long long)p->D);
 }
@@ -288,7 +308,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     const int ctas = sm90_num_sms(x->device_index); /* the persistent grid (sm90_launch) */
     const Sm90SplitPlan split = sm90_split_plan(p, k, ctas);
     if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, split)) {
-        uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);
+        uint8_t *ws = (uint8_t *)x->workspace;
         k.split_count = (int *)ws;
         k.split_partial = (float4 *)(ws + split.count_bytes);
         k.tail_first = k.num_tiles - split.tail_tiles;
@@ -307,7 +327,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
             (uint8_t *)x->workspace);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
-        return sm90_launch_tail<Sm90CfgF8D128<false>, Sm90CfgF8D128<true>>(k, x);
+        return sm90_pick(p) == SM90_F8_N224 ? sm90_launch<Sm90CfgF8N224>(k, x) : sm90_launch<Sm90CfgF8N128>(k, x);
     }
     return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);
 }

@@ -124,7 +124,12 @@ struct Sm90FwdConfig {
     static constexpr int O_SLABS = D / 64;      /* ... of an output row (16-bit) */
     /* Varlen support; head dim 256 leaves no registers for it (falls back). */
     static constexpr bool VARLEN = D != 256 && !FP8;
-    static_assert(!FP8 || (D == 128 && BN == 128), "e4m3: one 128-byte slab per Q/K row and per V^T row");
+    static_assert(!FP8 || (D == 128 && BN % 32 == 0), "e4m3: one 128-byte slab per Q/K row, whole V^T slabs");
+    /* e4m3 V^T (128 head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,
+     * since a swizzled TMA box row spans one swizzle row at most: the widest
+     * of 128, 64 and 32 bytes (the swizzle span) that divides BN. */
+    static constexpr int VT_SLAB_KEYS = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : 32;
+    static constexpr int VT_SLAB = 128 * VT_SLAB_KEYS; /* bytes */
 
     static constexpr int Q_SLAB = BM * 128; /* bytes of one slab of the Q (and O) tile */
     static constexpr int KV_SLAB = BN * 128;
@@ -381,8 +386,10 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                 mbar_wait(&v_empty[stage], parity);
                 mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
                 uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
-                if constexpr (Cfg::FP8) { /* V^T: 128 head-dim rows of BN keys (one 128-byte slab each) */
-                    tma_load_4d(v_dst, &p.tm_v, &v_full[stage], n * Cfg::BN, 0, kv_head, tile.map_b);
+                if constexpr (Cfg::FP8) { /* V^T: 128 head-dim rows of BN keys, VT_SLAB_KEYS per slab */
+                    for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
+                        tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage],
+                                    n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, tile.map_b);
                 } else {
                     for (int s = 0; s < Cfg::SLABS; ++s)
                         tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64,
@@ -422,10 +429,12 @@ __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t v_
     wgmma_fence();
     if constexpr (Cfg::FP8) {
         /* V^T is [d][key]: a K-major B operand like K in Q K^T, 32 keys (32 B) per k-step */
-        const DescSw128 vd(v_addr, 16);
+        const DescSw<Cfg::VT_SLAB_KEYS> vd(v_addr, 16);
+        constexpr int STEPS = Cfg::VT_SLAB_KEYS / 32; /* k-steps per slab */
 #pragma unroll
         for (int k = 0; k < Cfg::BN / 32; ++k)
-            wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, vd.at(k * 32), accumulate || k > 0);
+            wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, vd.at((k / STEPS) * Cfg::VT_SLAB + (k % STEPS) * 32),
+                                              accumulate || k > 0);
     } else {
         const DescSw128 vd(v_addr, Cfg::KV_SLAB);
 #pragma unroll

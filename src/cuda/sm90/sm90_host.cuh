@@ -37,13 +37,14 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
     return fn;
 }
 
-/* 4-D map over a (B, S, H, D) view (strides in elements), boxes of 128
- * bytes (one swizzle span: 64 16-bit or 128 8-bit columns) x box_rows rows.
+/* 4-D map over a (B, S, H, D) view (strides in elements), boxes of
+ * box_bytes (one swizzle span, 128, 64 or 32 bytes: 64 16-bit or 128 8-bit
+ * columns at 128) x box_rows rows.
  * Returns 0 if TMA cannot address the view (alignment, stride limits). With
  * map NULL it only checks that (the "does this kernel take the problem"
  * questions): encoding is a driver call, done once, when launching. */
 static inline int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt, int64_t B, int64_t S, int64_t H,
-                                int64_t D, int box_rows) {
+                                int64_t D, int box_rows, int box_bytes = 128) {
     PFN_cuTensorMapEncodeTiled_v12000 encode = sm90_encode_fn();
     if (!encode) return 0;
     const int64_t es = dt == FA_F8_E4M3 ? 1 : 2;
@@ -67,14 +68,17 @@ static inline int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt,
         gstride[i] = (cuuint64_t)strides[i];
     }
     if (!map) return 1;
-    cuuint32_t box[4] = {(cuuint32_t)(128 / es), (cuuint32_t)box_rows, 1, 1};
+    cuuint32_t box[4] = {(cuuint32_t)(box_bytes / es), (cuuint32_t)box_rows, 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
     CUtensorMapDataType type = dt == FA_BF16    ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                : dt == FA_F16   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                 : CU_TENSOR_MAP_DATA_TYPE_UINT8; /* e4m3 bytes */
     CUresult r = encode(map, type, 4,
                         v->data, gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        box_bytes == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
+                        : box_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                          : CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS;
 }

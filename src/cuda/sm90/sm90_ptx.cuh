@@ -187,26 +187,30 @@ __device__ __forceinline__ void fence_regs(uint32_t *r) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-/* ---- shared-memory matrix descriptors (128-byte swizzle) ------------------ */
+/* ---- shared-memory matrix descriptors (swizzled, K-major rows) ------------- */
 
-/* Descriptor of a 128B-swizzled tile: start address, leading byte offset,
- * stride byte offset = 1024 (8 rows of 128 B), swizzle mode 1 (128 B). The
- * tile's 1024-byte swizzle atoms must be 1024-aligned (base offset 0).
+/* Descriptor of a tile swizzled in SW-byte rows (SW = 128, 64 or 32): start
+ * address, leading byte offset, stride byte offset = 8 rows of SW bytes (one
+ * swizzle atom), swizzle mode 1 (128 B), 2 (64 B) or 3 (32 B). The tile's atoms must be
+ * aligned to their size (base offset 0).
  * Kept as its low word (address >> 4, LBO >> 4 << 16): the high word is a
  * constant, and a step inside the tile adds offset >> 4 to the low word
  * alone (shared addresses stay below 2^18, so the 14-bit address field never
  * carries into the LBO). One add per wgmma instead of rebuilding the whole
  * descriptor from the address each time. */
-struct DescSw128 {
-    static constexpr uint32_t HI = (1024 >> 4) | (1u << 30); /* SBO; swizzle mode 1 in bits 62-63 */
+template <int SW>
+struct DescSw {
+    static_assert(SW == 128 || SW == 64 || SW == 32, "swizzle span: 128, 64 or 32 bytes");
+    static constexpr uint32_t HI = ((8 * SW) >> 4) | ((SW == 128 ? 1u : SW == 64 ? 2u : 3u) << 30); /* SBO; mode: bits 62-63 */
     uint32_t lo;
-    __device__ __forceinline__ DescSw128(uint32_t base_addr, uint32_t lbo_bytes)
+    __device__ __forceinline__ DescSw(uint32_t base_addr, uint32_t lbo_bytes)
         : lo(((base_addr & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16)) {}
     /* the descriptor of the tile starting `offset` bytes (a multiple of 16) past the base */
     __device__ __forceinline__ uint64_t at(uint32_t offset) const {
         return ((uint64_t)HI << 32) | (lo + (offset >> 4));
     }
 };
+using DescSw128 = DescSw<128>;
 
 /* A copy of x the compiler cannot see through: a value computed from it is
  * recomputed rather than kept alive from an earlier computation from x. */
