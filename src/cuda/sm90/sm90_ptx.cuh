@@ -191,8 +191,8 @@ __device__ __forceinline__ void fence_regs(uint32_t *r) {
 
 /* Descriptor of a tile swizzled in SW-byte rows (SW = 128, 64 or 32): start
  * address, leading byte offset, stride byte offset = 8 rows of SW bytes (one
- * swizzle atom), swizzle mode 1 (128 B), 2 (64 B) or 3 (32 B). The tile's atoms must be
- * aligned to their size (base offset 0).
+ * swizzle atom), swizzle mode 1 (128 B), 2 (64 B) or 3 (32 B). The tile's
+ * atoms must be aligned to their size (base offset 0).
  * Kept as its low word (address >> 4, LBO >> 4 << 16): the high word is a
  * constant, and a step inside the tile adds offset >> 4 to the low word
  * alone (shared addresses stay below 2^18, so the 14-bit address field never
@@ -201,7 +201,8 @@ __device__ __forceinline__ void fence_regs(uint32_t *r) {
 template <int SW>
 struct DescSw {
     static_assert(SW == 128 || SW == 64 || SW == 32, "swizzle span: 128, 64 or 32 bytes");
-    static constexpr uint32_t HI = ((8 * SW) >> 4) | ((SW == 128 ? 1u : SW == 64 ? 2u : 3u) << 30); /* SBO; mode: bits 62-63 */
+    /* SBO (8 rows) in the low bits; the swizzle mode in bits 62-63 of the descriptor */
+    static constexpr uint32_t HI = ((8 * SW) >> 4) | ((SW == 128 ? 1u : SW == 64 ? 2u : 3u) << 30);
     uint32_t lo;
     __device__ __forceinline__ DescSw(uint32_t base_addr, uint32_t lbo_bytes)
         : lo(((base_addr & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16)) {}
