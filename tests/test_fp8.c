@@ -12,8 +12,7 @@
  * the test allows 2^-12 of the largest such sum over the row's visible keys,
  * plus 1e-4 for exp and log (the Hopper kernel used at most 0.44 of that
  * bound on these cases). Backends without
- * float8 (CPU, sm80) skip with their message; the reference backend under
- * test checks its own e4m3 path against the naive rule.
+ * float8 (CPU, the reference, sm80) skip with their message.
  */
 #include <math.h>
 #include <stdio.h>
