@@ -6,8 +6,8 @@
  *        -Isrc/cuda/sm90 scripts/sm90_selftest.cu -o sm90_selftest
  *   ./sm90_selftest check        # awkward shapes vs a float64 reference
  *   ./sm90_selftest varlen       # only the varlen (packed sequences) cases
- *   ./sm90_selftest fp8          # e4m3 inputs (fp8_small: two cases, for compute-sanitizer)
- *   ./sm90_selftest bench_fp8    # e4m3 TFLOP/s, head dim 128, 16 heads
+ *   ./sm90_selftest fp8          # e4m3 inputs (fp8_small: three cases, for compute-sanitizer)
+ *   ./sm90_selftest bench_fp8 [D] # e4m3 TFLOP/s, head dim D (128), hidden 2048
  *   ./sm90_selftest bench [D [causal [varlen [seqlen]]]]  # TFLOP/s on the standard grid (hidden 2048)
  *
  * Timings are the median of FA_BENCH_REPS launches (default 20). A few
@@ -613,6 +613,7 @@ static int check_fp8(bool small) {
     std::vector<Case> cases;
     cases.push_back({1, 130, 300, 2, 1, 128, 1, 0, -1, -1, 0.f, true, 1.f, 0});
     cases.push_back({1, 70, 200, 2, 2, 128, 0, 0, -1, -1, 0.f, true, 1.f, 16});
+    cases.push_back({1, 100, 300, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0}); /* the head-dim-64 kernel */
     if (!small) {
         /* every head dim the e4m3 kernel takes runs as 128 with zero-filled columns */
         for (int D : {16, 80, 112})
@@ -740,13 +741,19 @@ static void bench_cell(const fa_problem *p, const fa_exec *xa, const fa_exec *xb
     if (split) printf(" split %-10.1f (x%.3f)", flops / ms_split / 1e9, ms / ms_split);
 }
 
-/* e4m3 timing: head dim 128, 16 heads, the standard (batch, seqlen) grid */
-static int bench_fp8(void) {
+/* e4m3 timing: head dim D (128 unless given), 2048 / D heads, the standard
+ * (batch, seqlen) grid */
+static int bench_fp8(int argc, char **argv) {
+    const int D = argc > 2 ? atoi(argv[2]) : 128;
+    if (D < 16 || D > 128 || D % 16) {
+        fprintf(stderr, "bench_fp8: head dim must be a multiple of 16 up to 128\n");
+        return 2;
+    }
     const int bs[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};
     printf("%-6s %-6s %-6s %-6s %-10s %-10s\n", "D", "causal", "batch", "seqlen", "ms", "TFLOP/s");
     for (int causal = 0; causal < 2; ++causal)
         for (auto &bsz : bs) {
-            int B = bsz[0], S = bsz[1], H = 16, D = 128;
+            int B = bsz[0], S = bsz[1], H = 2048 / D;
             size_t n = (size_t)B * S * H * D;
             uint8_t *q, *k, *v;
             uint16_t *o;
@@ -877,7 +884,7 @@ static int bench(int argc, char **argv) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* keep finished lines if a case hangs */
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench(argc, argv);
-    if (argc > 1 && !strcmp(argv[1], "bench_fp8")) return bench_fp8();
+    if (argc > 1 && !strcmp(argv[1], "bench_fp8")) return bench_fp8(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "fp8")) return check_fp8(false);
     if (argc > 1 && !strcmp(argv[1], "fp8_small")) return check_fp8(true);
     /* check: every case; small: a few, for compute-sanitizer; varlen: varlen cases only */

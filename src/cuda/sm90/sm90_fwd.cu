@@ -23,19 +23,26 @@
  * per-block softmax work amortises over more keys), except for short masked
  * problems, where a causal tile's last block would be mostly hidden
  * (docs/perf/sm90.md, item 36). */
-enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_N224, SM90_F8_N128 };
+enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_N224, SM90_F8_N128, SM90_F8_D64 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
 template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
 template <bool BF16, bool SPLIT> /* O staged in the last K/V stage */
 using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT>;
-/* e4m3 in, bf16 out */
+/* e4m3 in, bf16 out. Head dims up to 64 have a kernel of their own (64-byte
+ * Q and K rows, so no zero columns are multiplied) with three consumers and
+ * joined tile boundaries: like bf16 at head dim 64, it is bound by the
+ * exponentials, not the tensor cores (docs/perf/sm90.md, item 38). */
 using Sm90CfgF8N224 = Sm90FwdConfig<128, 224, 2, true, 2, true>;
 using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
+using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
-    if (p->dtype == FA_F8_E4M3) return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_N224;
+    if (p->dtype == FA_F8_E4M3) {
+        if (p->D <= 64) return SM90_F8_D64;
+        return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_N224;
+    }
     switch (sm90_padded_head_dim(p->D)) {
     case 64: return p->has_mask && p->Sq <= 1024 ? SM90_D64_M128 : SM90_D64_M192;
     case 128: return SM90_D128;
@@ -44,19 +51,33 @@ static sm90_variant sm90_pick(const fa_problem *p) {
 }
 
 /* Query rows per tile (the tile's BM) and keys per block (BN). */
-static int sm90_block_m(const fa_problem *p) { return sm90_pick(p) == SM90_D64_M192 ? 192 : 128; }
+static int sm90_block_m(const fa_problem *p) {
+    switch (sm90_pick(p)) {
+    case SM90_D64_M192: return Sm90CfgD64M192<true>::BM;
+    case SM90_F8_D64: return Sm90CfgF8D64::BM;
+    default: return 128;
+    }
+}
 static int sm90_block_n(const fa_problem *p) {
     switch (sm90_pick(p)) {
     case SM90_D256: return Sm90CfgD256<true, false>::BN;
     case SM90_F8_N224: return Sm90CfgF8N224::BN;
+    case SM90_F8_D64: return Sm90CfgF8D64::BN;
     default: return 128;
     }
 }
 
 /* e4m3: keys per V^T slab (one TMA box, Sm90FwdConfig::VT_SLAB_KEYS). */
 static int sm90_vt_slab_keys(const fa_problem *p) {
-    return sm90_pick(p) == SM90_F8_N224 ? Sm90CfgF8N224::VT_SLAB_KEYS : Sm90CfgF8N128::VT_SLAB_KEYS;
+    switch (sm90_pick(p)) {
+    case SM90_F8_N224: return Sm90CfgF8N224::VT_SLAB_KEYS;
+    case SM90_F8_D64: return Sm90CfgF8D64::VT_SLAB_KEYS;
+    default: return Sm90CfgF8N128::VT_SLAB_KEYS;
+    }
 }
+
+/* Bytes of a Q or K row per TMA box (and its swizzle): Sm90FwdConfig::QK_SW. */
+static int sm90_qk_box_bytes(const fa_problem *p) { return sm90_pick(p) == SM90_F8_D64 ? Sm90CfgF8D64::QK_SW : 128; }
 
 /* Whether the variant has a kernel with the split tail (sm90_split_plan):
  * not head dim 64's (its three-consumer kernel spills with the merge) nor
@@ -81,16 +102,21 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     const int varlen = p->cu_seqlens_q != NULL;
     const int64_t map_b = varlen ? 1 : p->B;
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
-    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, sm90_block_m(p))) return 0;
-    if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) return 0;
+    const int qk_box = sm90_qk_box_bytes(p);
+    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, sm90_block_m(p), qk_box))
+        return 0;
+    if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p), qk_box))
+        return 0;
     if (p->dtype == FA_F8_E4M3) {
         /* V^T (B, Hk, D, keys): the map's "rows" are head-dim rows, its "columns" keys */
         const int64_t keys = sm90_fp8_vt_keys(p);
         fa_view vt_view = {vt ? vt : (void *)(uintptr_t)1024, p->Hk * D * keys, keys, D * keys};
-        /* whole 128-row boxes: rows past D are zero-filled and count towards
-         * the transaction bytes the producer expects (KV_BYTES); a box is
-         * one V^T slab wide (Sm90FwdConfig::VT_SLAB_KEYS) */
-        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, 128,
+        /* boxes of the kernel's whole head dim (64 or 128 rows): rows past D
+         * are zero-filled and count towards the transaction bytes the
+         * producer expects (KV_BYTES); a box is one V^T slab wide
+         * (Sm90FwdConfig::VT_SLAB_KEYS) */
+        const int vt_rows = sm90_pick(p) == SM90_F8_D64 ? Sm90CfgF8D64::D : 128;
+        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, vt_rows,
                            sm90_vt_slab_keys(p)))
             return 0;
         k->q_descale = p->q_descale;
@@ -290,7 +316,8 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(k, x);
     case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(k, x);
     case SM90_F8_N224:
-    case SM90_F8_N128: break; /* launched by fa_sm90_fwd */
+    case SM90_F8_N128:
+    case SM90_F8_D64: break; /* launched by fa_sm90_fwd */
     }
     return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: no kernel for head dim %lld", (long long)p->D);
 }
@@ -327,7 +354,11 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
             (uint8_t *)x->workspace);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
-        return sm90_pick(p) == SM90_F8_N224 ? sm90_launch<Sm90CfgF8N224>(k, x) : sm90_launch<Sm90CfgF8N128>(k, x);
+        switch (sm90_pick(p)) {
+        case SM90_F8_N224: return sm90_launch<Sm90CfgF8N224>(k, x);
+        case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(k, x);
+        default: return sm90_launch<Sm90CfgF8N128>(k, x);
+        }
     }
     return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);
 }

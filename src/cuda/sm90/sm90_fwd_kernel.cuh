@@ -119,20 +119,23 @@ struct Sm90FwdConfig {
     static constexpr bool FP8 = FP8_;
     static constexpr bool BF16 = BF16_ || FP8_; /* the 16-bit output type */
     static constexpr int ES = FP8 ? 1 : 2;      /* bytes per input element */
-    static constexpr int BOX_COLS = 128 / ES;   /* input elements per 128-byte slab */
-    static constexpr int SLABS = D * ES / 128;  /* 128-byte column slabs of a Q or K row */
-    static constexpr int O_SLABS = D / 64;      /* ... of an output row (16-bit) */
+    /* Q and K rows in slabs of QK_SW bytes, swizzled by as much: 128, or 64
+     * for e4m3 at head dim 64 (a 64-byte row) */
+    static constexpr int QK_SW = D * ES < 128 ? D * ES : 128;
+    static constexpr int BOX_COLS = QK_SW / ES;   /* input elements per slab */
+    static constexpr int SLABS = D * ES / QK_SW;  /* column slabs of a Q or K row */
+    static constexpr int O_SLABS = D / 64;        /* 128-byte slabs of an output row (16-bit) */
     /* Varlen support; head dim 256 leaves no registers for it (falls back). */
     static constexpr bool VARLEN = D != 256 && !FP8;
-    static_assert(!FP8 || (D == 128 && BN % 32 == 0), "e4m3: one 128-byte slab per Q/K row, whole V^T slabs");
-    /* e4m3 V^T (128 head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,
+    static_assert(!FP8 || ((D == 128 || D == 64) && BN % 32 == 0), "e4m3: one slab per Q/K row, whole V^T slabs");
+    /* e4m3 V^T (D head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,
      * since a swizzled TMA box row spans one swizzle row at most: the widest
      * of 128, 64 and 32 bytes (the swizzle span) that divides BN. */
     static constexpr int VT_SLAB_KEYS = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : 32;
-    static constexpr int VT_SLAB = 128 * VT_SLAB_KEYS; /* bytes */
+    static constexpr int VT_SLAB = D * VT_SLAB_KEYS; /* bytes */
 
-    static constexpr int Q_SLAB = BM * 128; /* bytes of one slab of the Q (and O) tile */
-    static constexpr int KV_SLAB = BN * 128;
+    static constexpr int Q_SLAB = BM * QK_SW; /* bytes of one slab of the Q tile */
+    static constexpr int KV_SLAB = BN * QK_SW;
     static constexpr int Q_BYTES = BM * D * ES;
     static constexpr int KV_BYTES = BN * D * ES; /* a K tile, or a V (V^T for e4m3) tile */
     static constexpr int O_BYTES = BM * D * 2;
@@ -145,7 +148,7 @@ struct Sm90FwdConfig {
     static_assert(!O_IN_RING || (!VARLEN && CONSUMERS == 2 && STAGES >= 2 && BN == 64 && 64 * D * 2 == KV_BYTES),
                   "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
     static constexpr int O_STAGE_BYTES = O_IN_RING ? 0 : O_BYTES;
-    static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : Q_SLAB; /* bytes between staged O's slabs */
+    static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : BM * 128; /* bytes between staged O's slabs */
     /* Two Q buffers where they fit: the next tile's Q loads while this tile
      * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
      * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
@@ -407,13 +410,15 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
 template <class Cfg>
 __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_t k_addr) {
     fence_regs<Cfg::BN / 2>(S);
-    const DescSw128 qd(q_addr, 16), kd(k_addr, 16);
+    const DescSw<Cfg::QK_SW> qd(q_addr, 16), kd(k_addr, 16);
+    constexpr int STEPS = Cfg::QK_SW / 32; /* k-steps per slab */
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < Cfg::D * Cfg::ES / 32; ++k) {
-        /* k-step k: slab k/4, 32 bytes (16 elements, 32 for e4m3) per step inside the slab */
-        uint32_t off = (k % 4) * 32;
-        wgmma_ss<Cfg::BN, Cfg::BF16, Cfg::FP8>(S, qd.at((k / 4) * Cfg::Q_SLAB + off), kd.at((k / 4) * Cfg::KV_SLAB + off),
+        /* k-step k: slab k / STEPS, 32 bytes (16 elements, 32 for e4m3) per step inside the slab */
+        uint32_t off = (k % STEPS) * 32;
+        wgmma_ss<Cfg::BN, Cfg::BF16, Cfg::FP8>(S, qd.at((k / STEPS) * Cfg::Q_SLAB + off),
+                                               kd.at((k / STEPS) * Cfg::KV_SLAB + off),
                                                k > 0);
     }
     wgmma_commit();
@@ -828,7 +833,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     const int tid = threadIdx.x % 128;
     const int quad_col = 2 * (tid % 4);
-    const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * 128;
+    const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * Cfg::QK_SW; /* this warpgroup's rows */
     const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
     uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128; /* O staging: this warpgroup's 64 rows of each slab */
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,

@@ -316,6 +316,19 @@ __device__ __forceinline__ void wgmma_ss_m64n224_e4m3(float *d, uint64_t desc_a,
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+/* D(64x64) (+)= A(64x32, registers, 4 e4m3 per register) * B(64x32, smem, K-major)^T */
+__device__ __forceinline__ void wgmma_rs_m64n64_e4m3(float *d, const uint32_t *a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
 /* D(64x128) (+)= A(64x32, registers, 4 e4m3 per register) * B(128x32, smem, K-major)^T */
 __device__ __forceinline__ void wgmma_rs_m64n128_e4m3(float *d, const uint32_t *a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -353,7 +366,8 @@ __device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int
 template <int N, bool BF16, bool FP8>
 __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int accumulate) {
     if constexpr (FP8) {
-        static_assert(N == 128, "wgmma_rs e4m3: no wrapper generated for this N");
+        static_assert(N == 64 || N == 128, "wgmma_rs e4m3: no wrapper generated for this N");
+        if constexpr (N == 64) wgmma_rs_m64n64_e4m3(d, a, db, accumulate);
         if constexpr (N == 128) wgmma_rs_m64n128_e4m3(d, a, db, accumulate);
     } else {
         static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: no wrapper generated for this N");
