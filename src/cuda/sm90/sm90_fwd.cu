@@ -227,9 +227,9 @@ static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) 
 extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
     if (p->dtype != FA_BF16 && p->dtype != FA_F16 && p->dtype != FA_F8_E4M3) return 0;
     if (p->D != p->Dv || !sm90_head_dim_ok(p->D)) return 0;
-    /* e4m3: head dims up to 128 in steps of 16 (the head-dim-128 kernel; TMA
-     * zero-fills the columns past D and clips them from the stores), batched
-     * only (the V transpose walks (B, Sk) rows). */
+    /* e4m3: head dims up to 128 in steps of 16 (on the head-dim-64 or 128
+     * kernel; TMA zero-fills the columns past D and clips them from the
+     * stores), batched only (the V transpose walks (B, Sk) rows). */
     if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 128 || p->cu_seqlens_q || p->B > 65535)) return 0; /* B: grid z */
     /* ... and the transpose reads V in 16-byte chunks */
     if (p->dtype == FA_F8_E4M3 && (((uintptr_t)p->v.data) % 16 || p->v.ss % 16 || p->v.sh % 16 || p->v.sb % 16))
