@@ -50,34 +50,32 @@ static sm90_variant sm90_pick(const fa_problem *p) {
     }
 }
 
-/* Query rows per tile (the tile's BM) and keys per block (BN). */
-static int sm90_block_m(const fa_problem *p) {
-    switch (sm90_pick(p)) {
-    case SM90_D64_M192: return Sm90CfgD64M192<true>::BM;
-    case SM90_F8_D64: return Sm90CfgF8D64::BM;
-    default: return 128;
-    }
-}
-static int sm90_block_n(const fa_problem *p) {
-    switch (sm90_pick(p)) {
-    case SM90_D256: return Sm90CfgD256<true, false>::BN;
-    case SM90_F8_N224: return Sm90CfgF8N224::BN;
-    case SM90_F8_D64: return Sm90CfgF8D64::BN;
-    default: return 128;
-    }
+/* The tile shape of a variant's kernel, as the host needs it for the tensor
+ * maps and the tile count: read from its Sm90FwdConfig. */
+struct Sm90Shape {
+    int bm, bn;       /* query rows per tile, keys per block */
+    int qk_box;       /* bytes of a Q or K row per TMA box (and its swizzle): QK_SW */
+    int vt_slab_keys; /* e4m3: keys per V^T box (VT_SLAB_KEYS) */
+    int vt_rows;      /* e4m3: head-dim rows per V^T box (the kernel's D) */
+};
+
+template <class Cfg> static Sm90Shape sm90_shape_of() {
+    return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D};
 }
 
-/* e4m3: keys per V^T slab (one TMA box, Sm90FwdConfig::VT_SLAB_KEYS). */
-static int sm90_vt_slab_keys(const fa_problem *p) {
+/* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
+static Sm90Shape sm90_shape(const fa_problem *p) {
     switch (sm90_pick(p)) {
-    case SM90_F8_N224: return Sm90CfgF8N224::VT_SLAB_KEYS;
-    case SM90_F8_D64: return Sm90CfgF8D64::VT_SLAB_KEYS;
-    default: return Sm90CfgF8N128::VT_SLAB_KEYS;
+    case SM90_D64_M192: return sm90_shape_of<Sm90CfgD64M192<true>>();
+    case SM90_D64_M128: return sm90_shape_of<Sm90CfgD64M128<true>>();
+    case SM90_D128: return sm90_shape_of<Sm90CfgD128<true, false>>();
+    case SM90_D256: return sm90_shape_of<Sm90CfgD256<true, false>>();
+    case SM90_F8_N224: return sm90_shape_of<Sm90CfgF8N224>();
+    case SM90_F8_N128: return sm90_shape_of<Sm90CfgF8N128>();
+    case SM90_F8_D64: return sm90_shape_of<Sm90CfgF8D64>();
     }
+    return Sm90Shape{};
 }
-
-/* Bytes of a Q or K row per TMA box (and its swizzle): Sm90FwdConfig::QK_SW. */
-static int sm90_qk_box_bytes(const fa_problem *p) { return sm90_pick(p) == SM90_F8_D64 ? Sm90CfgF8D64::QK_SW : 128; }
 
 /* Whether the variant has a kernel with the split tail (sm90_split_plan):
  * not head dim 64's (its three-consumer kernel spills with the merge) nor
@@ -102,10 +100,10 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     const int varlen = p->cu_seqlens_q != NULL;
     const int64_t map_b = varlen ? 1 : p->B;
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
-    const int qk_box = sm90_qk_box_bytes(p);
-    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, sm90_block_m(p), qk_box))
+    const Sm90Shape shape = sm90_shape(p);
+    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, shape.bm, shape.qk_box))
         return 0;
-    if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p), qk_box))
+    if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
         return 0;
     if (p->dtype == FA_F8_E4M3) {
         /* V^T (B, Hk, D, keys): the map's "rows" are head-dim rows, its "columns" keys */
@@ -115,14 +113,13 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
          * are zero-filled and count towards the transaction bytes the
          * producer expects (KV_BYTES); a box is one V^T slab wide
          * (Sm90FwdConfig::VT_SLAB_KEYS) */
-        const int vt_rows = sm90_pick(p) == SM90_F8_D64 ? Sm90CfgF8D64::D : 128;
-        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, vt_rows,
-                           sm90_vt_slab_keys(p)))
+        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, shape.vt_rows,
+                           shape.vt_slab_keys))
             return 0;
         k->q_descale = p->q_descale;
         k->k_descale = p->k_descale;
         k->v_descale = p->v_descale;
-    } else if (!sm90_make_map(encode ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, D, sm90_block_n(p))) {
+    } else if (!sm90_make_map(encode ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, D, shape.bn)) {
         return 0;
     }
     /* the output is bf16 for e4m3 inputs */
@@ -146,7 +143,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     k->head_dim = (int)p->D;
     k->q_per_kv = (int)(p->Hq / p->Hk);
     k->hk = (int)p->Hk;
-    k->num_m_blocks = (int)((p->Sq + sm90_block_m(p) - 1) / sm90_block_m(p));
+    k->num_m_blocks = (int)((p->Sq + shape.bm - 1) / shape.bm);
     k->m_div = sm90_fastdiv(k->num_m_blocks);
     k->h_div = sm90_fastdiv(k->hq);
     /* Causal-like masks make late query blocks heavier: balance the CTAs with
@@ -202,13 +199,14 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     if (!sm90_has_split_tail(v)) return s;
     const int tail = k.num_tiles % grid;
     if (k.num_tiles <= grid || tail == 0) return s;
-    const int64_t blocks = (p->Sk + sm90_block_n(p) - 1) / sm90_block_n(p);
+    const Sm90Shape shape = sm90_shape(p);
+    const int64_t blocks = (p->Sk + shape.bn - 1) / shape.bn;
     const int64_t work = (int64_t)tail * blocks;
     if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
-    const int consumers = sm90_block_m(p) / 64;
+    const int consumers = shape.bm / 64;
     const int d = sm90_padded_head_dim(p->D);
     /* idle time saved, in blocks of 128 keys x head dim 128 */
-    const int64_t saved = (int64_t)(grid - tail) * blocks * sm90_block_n(p) * d; /* x grid * 128 * 128 */
+    const int64_t saved = (int64_t)(grid - tail) * blocks * shape.bn * d; /* x grid * 128 * 128 */
     if (saved < (int64_t)SM90_SPLIT_MIN_SAVED * grid * 128 * 128) return s;
     s.tail_tiles = tail;
     s.blocks = (int)blocks;

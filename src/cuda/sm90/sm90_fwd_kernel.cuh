@@ -389,7 +389,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                 mbar_wait(&v_empty[stage], parity);
                 mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
                 uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
-                if constexpr (Cfg::FP8) { /* V^T: 128 head-dim rows of BN keys, VT_SLAB_KEYS per slab */
+                if constexpr (Cfg::FP8) { /* V^T: D head-dim rows of BN keys, VT_SLAB_KEYS per slab */
                     for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
                         tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage],
                                     n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, tile.map_b);
