@@ -169,6 +169,17 @@ struct Sm90FwdConfig {
      * the e4m3 packing into the turn), and spills with three consumers
      * (the fp32 probabilities live across the turn); item 30. */
     static constexpr bool LATE_PV_RETIRE = D == 256;
+    /* P in two register buffers (16-bit, head dim 128 and the two-consumer
+     * head-dim-64 kernel): block n's probabilities are packed into the buffer
+     * the P V in flight does not read, so nothing in the softmax waits for
+     * that P V; it is waited for right before the next turn, when it has long
+     * finished. With one buffer the pack must wait for it, and ptxas hoists
+     * that wait above the softmax, which then no longer overlaps its own P V
+     * (docs/perf/sm90.md, items 30, 37 and 39). Costs 32 registers: not with
+     * three consumers (160 registers) nor for e4m3 (S of 224 keys). */
+    static constexpr int P_BUFS = (D == 128 || (D == 64 && CONSUMERS == 2)) && !FP8 ? 2 : 1;
+    static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
+                  "double-buffered P: the P V wait moves into the turn, before O's rescale");
     /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
      * uniform registers and a Q K^T k-step costs a few uniform-datapath
      * instructions in the turn (item 32). At head dim 256 (16 k-steps)
@@ -206,6 +217,11 @@ struct Sm90FwdConfig {
     static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 ? 232 : 240;
     static_assert(PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= (1 + CONSUMERS) * LAUNCH_REGS,
                   "register split exceeds the launch allocation");
+};
+
+/* A P buffer's index as a type (see Sm90FwdConfig::P_BUFS). */
+template <int B> struct PBuf {
+    static constexpr int value = B;
 };
 
 /* Named barrier ids (0 is __syncthreads): one "turn" barrier per consumer
@@ -848,7 +864,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
         float O[Cfg::D / 2];
         float S[Cfg::BN / 2];
-        uint32_t P[Cfg::P_REGS];
+        uint32_t P[Cfg::P_BUFS][Cfg::P_REGS];
         float row_max[2], row_sum[2], rescale[2];
         uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
         Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
@@ -881,7 +897,14 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             fence_regs<Cfg::D / 2>(O);
             if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
             if (!Cfg::RESCALE_IN_TURN && pv_in_flight) sm90_rescale_o<Cfg>(O, rescale);
-            sm90_pack_p<Cfg>(P, S);
+            sm90_pack_p<Cfg>(P[0], S);
+        };
+        /* Two P buffers: the same wait, but nothing to pack (the softmax has
+         * written the other buffer). */
+        auto retire_pv = [&](uint32_t pv_stage, int pv_in_flight) {
+            wgmma_wait<0>();
+            fence_regs<Cfg::D / 2>(O);
+            if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
         };
 
         for (;;) {
@@ -897,36 +920,78 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
             sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
-            if (!Cfg::LATE_PV_RETIRE) sm90_pack_p<Cfg>(P, S); /* no P V in flight yet */
+            if (!Cfg::LATE_PV_RETIRE) sm90_pack_p<Cfg>(P[0], S); /* no P V in flight yet */
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
             ++it;
             int o_started = 0;
+            int newest_p = 0; /* two P buffers: the one holding the newest P (a counter of its own spills less) */
 
             /* Steady state: S_n = Q K_n^T and O += P_{n+1} V_{n+1} in one turn; the
              * softmax of S_n runs while P V is still on the tensor cores. */
-            for (n = tile.n_hi - 2; n >= tile.n_lo; --n, ++it) {
-                stage = it % Cfg::STAGES;
-                parity = (it / Cfg::STAGES) & 1;
-                mbar_wait(&k_full[stage], parity);
-                if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
-                named_bar_sync(my_turn, TURN_THREADS);
-                sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
-                /* O to the max of block n + 1 while Q K^T runs: off the path
-                 * from the softmax to this turn */
-                if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
-                mbar_wait(&v_full[prev_stage], prev_parity);
-                sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
-                named_bar_arrive(next_turn, TURN_THREADS);
-                wgmma_wait<1>(); /* S done; P V may still run */
-                fence_regs<Cfg::BN / 2>(S);
-                sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
-                sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
-                if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, 1);
-                o_started = 1;
-                pv_stage = prev_stage;
-                prev_stage = stage;
-                prev_parity = parity;
+            if constexpr (Cfg::P_BUFS == 2) {
+                /* BUF: the P buffer this turn's P V reads; block n's P goes to
+                 * the other. The loop is unrolled by two, so that each turn's
+                 * buffer is known at compile time. */
+                auto steady_block = [&](auto buf) {
+                    constexpr int BUF = decltype(buf)::value;
+                    /* ring positions from `it` alone (block n), fewer live registers:
+                     * block n + 1's P V is issued now, block n + 2's is in flight */
+                    const uint32_t st = it % Cfg::STAGES, prev = it - 1, prev_st = prev % Cfg::STAGES;
+                    mbar_wait(&k_full[st], (it / Cfg::STAGES) & 1);
+                    retire_pv((it - 2) % Cfg::STAGES, o_started); /* the last turn's P V: long done */
+                    named_bar_sync(my_turn, TURN_THREADS);
+                    sm90_issue_qk<Cfg>(S, q_addr, k_base + st * Cfg::KV_BYTES);
+                    /* O to the max of block n + 1 while Q K^T runs */
+                    if (o_started) sm90_rescale_o<Cfg>(O, rescale);
+                    mbar_wait(&v_full[prev_st], (prev / Cfg::STAGES) & 1);
+                    sm90_issue_pv<Cfg>(O, P[BUF], v_base + prev_st * Cfg::KV_BYTES, o_started);
+                    named_bar_arrive(next_turn, TURN_THREADS);
+                    wgmma_wait<1>(); /* S done; P V may still run */
+                    fence_regs<Cfg::BN / 2>(S);
+                    sm90_free_k_stage<Cfg>(&k_empty[st], n == tile.n_lo, wg, tid);
+                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
+                    sm90_pack_p<Cfg>(P[BUF ^ 1], S); /* the buffer no P V reads now */
+                    o_started = 1;
+                    --n;
+                    ++it;
+                };
+                for (n = tile.n_hi - 2;;) {
+                    if (n < tile.n_lo) break;
+                    steady_block(PBuf<0>{});
+                    newest_p = 1;
+                    if (n < tile.n_lo) break;
+                    steady_block(PBuf<1>{});
+                    newest_p = 0;
+                }
+                /* the tile's last block and the P V in flight, as the loop below leaves them */
+                prev_stage = (it - 1) % Cfg::STAGES;
+                prev_parity = ((it - 1) / Cfg::STAGES) & 1;
+                pv_stage = (it - 2) % Cfg::STAGES;
+            } else { /* one P buffer: the single-buffer kernels' code, unchanged (their SASS too) */
+                for (n = tile.n_hi - 2; n >= tile.n_lo; --n, ++it) {
+                    stage = it % Cfg::STAGES;
+                    parity = (it / Cfg::STAGES) & 1;
+                    mbar_wait(&k_full[stage], parity);
+                    if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
+                    named_bar_sync(my_turn, TURN_THREADS);
+                    sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
+                    /* O to the max of block n + 1 while Q K^T runs: off the path
+                     * from the softmax to this turn */
+                    if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
+                    mbar_wait(&v_full[prev_stage], prev_parity);
+                    sm90_issue_pv<Cfg>(O, P[0], v_base + prev_stage * Cfg::KV_BYTES, o_started);
+                    named_bar_arrive(next_turn, TURN_THREADS);
+                    wgmma_wait<1>(); /* S done; P V may still run */
+                    fence_regs<Cfg::BN / 2>(S);
+                    sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
+                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
+                    if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, 1);
+                    o_started = 1;
+                    pv_stage = prev_stage;
+                    prev_stage = stage;
+                    prev_parity = parity;
+                }
             }
 
             /* Q's last reader, the tile's last S GEMM, has completed: free Q for
@@ -946,13 +1011,21 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             const uint32_t next_q_parity = ((tile_iter + 1) / Cfg::Q_BUFS) & 1;
             mbar_wait(&v_full[prev_stage], prev_parity);
             if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
+            if constexpr (Cfg::P_BUFS == 2) {
+                /* the last turn's P V, then the newest P into buffer 0 (the last
+                 * P V's buffer is then the same on every path) */
+                retire_pv(pv_stage, o_started);
+                if (newest_p)
+#pragma unroll
+                    for (int i = 0; i < Cfg::P_REGS; ++i) P[0][i] = P[1][i];
+            }
             if (Cfg::JOIN && t_next < p.num_tiles) {
                 mbar_wait(&q_full[next_qb], next_q_parity);
                 mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             }
             named_bar_sync(my_turn, TURN_THREADS);
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
-            sm90_issue_pv<Cfg>(O, P, v_base + prev_stage * Cfg::KV_BYTES, o_started);
+            sm90_issue_pv<Cfg>(O, P[0], v_base + prev_stage * Cfg::KV_BYTES, o_started);
             if constexpr (Cfg::JOIN)
                 sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
