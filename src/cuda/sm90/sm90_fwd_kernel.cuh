@@ -169,15 +169,16 @@ struct Sm90FwdConfig {
      * the e4m3 packing into the turn), and spills with three consumers
      * (the fp32 probabilities live across the turn); item 30. */
     static constexpr bool LATE_PV_RETIRE = D == 256;
-    /* P in two register buffers (16-bit, head dim 128 and the two-consumer
+    /* P in two register buffers (16-bit head dim 128 and the two-consumer
      * head-dim-64 kernel): block n's probabilities are packed into the buffer
      * the P V in flight does not read, so nothing in the softmax waits for
      * that P V; it is waited for right before the next turn, when it has long
      * finished. With one buffer the pack must wait for it, and ptxas hoists
      * that wait above the softmax, which then no longer overlaps its own P V
-     * (docs/perf/sm90.md, items 30, 37 and 39). Costs 32 registers: not with
-     * three consumers (160 registers) nor for e4m3 (S of 224 keys). */
-    static constexpr int P_BUFS = (D == 128 || (D == 64 && CONSUMERS == 2)) && !FP8 ? 2 : 1;
+     * (docs/perf/sm90.md, items 30, 37 and 39). Not with three consumers (160
+     * registers); not for e4m3, where a second P fits only with shorter
+     * blocks, which lose more than the wait costs (item 40). */
+    static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS == 2)) ? 2 : 1;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V wait moves into the turn, before O's rescale");
     /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
