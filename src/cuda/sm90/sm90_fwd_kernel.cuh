@@ -180,7 +180,7 @@ struct Sm90FwdConfig {
      * blocks, which lose more than the wait costs (item 40). */
     static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS == 2)) ? 2 : 1;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
-                  "double-buffered P: the P V wait moves into the turn, before O's rescale");
+                  "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
     /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
      * uniform registers and a Q K^T k-step costs a few uniform-datapath
      * instructions in the turn (item 32). At head dim 256 (16 k-steps)
@@ -926,7 +926,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
             ++it;
             int o_started = 0;
-            int newest_p = 0; /* two P buffers: the one holding the newest P (a counter of its own spills less) */
+            /* two P buffers: the one holding the newest P (a variable of its own:
+             * deriving it from the block count made the split-tail kernel spill) */
+            int newest_p = 0;
 
             /* Steady state: S_n = Q K_n^T and O += P_{n+1} V_{n+1} in one turn; the
              * softmax of S_n runs while P V is still on the tensor cores. */
@@ -965,7 +967,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     steady_block(PBuf<1>{});
                     newest_p = 0;
                 }
-                /* the tile's last block and the P V in flight, as the loop below leaves them */
+                /* as the single-buffer loop leaves them: the stage of the tile's
+                 * last block (its P V comes next) and of the P V in flight */
                 prev_stage = (it - 1) % Cfg::STAGES;
                 prev_parity = ((it - 1) / Cfg::STAGES) & 1;
                 pv_stage = (it - 2) % Cfg::STAGES;
