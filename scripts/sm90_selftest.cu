@@ -373,11 +373,14 @@ static int check_all(bool small, bool varlen_only) {
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, (bool)bf, 4.f, 0}); /* large scores */
         }
     }
-    if (!varlen_only) { /* head dim 64 with a mask and long queries: the 192-row tiles */
+    if (!varlen_only) {
+        /* head dim 64 with a mask: 128-row tiles up to 2048 queries, 192-row beyond */
         cases.push_back({1, 1500, 1601, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({1, 1700, 1300, 2, 2, 64, 0, 0, 300, 10, 0.f, false, 1.f, 0});
+        cases.push_back({1, 2500, 2601, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+        cases.push_back({1, 2700, 2300, 2, 2, 64, 0, 0, 300, 10, 0.f, false, 1.f, 0});
         /* 192-row tiles whose warpgroups see no key of the first block, or
-         * have no row at all (1024 = 5 * 192 + 64; 2048 = 10 * 192 + 128) */
+         * have no row at all (1024 = 5 * 192 + 64; 2500 = 13 * 192 + 4) */
         cases.push_back({1, 1024, 1024, 2, 1, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({1, 2048, 2048, 2, 2, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
         /* The split tail, on an H200 (132 SMs): 198 tiles leave a last wave
@@ -408,9 +411,11 @@ static int check_all(bool small, bool varlen_only) {
             cases.push_back(varlen_case(D, 1, 0, -1, -1, 20.f, (bool)bf, 3, 1, lq, lk));
         }
     }
-    /* head dim 64 with long masked sequences: 192-row tiles */
+    /* head dim 64 with long masked sequences: 128-row tiles (the longest up to
+     * 2048 queries), 192-row tiles (longer) */
     cases.push_back(varlen_case(64, 1, 0, -1, -1, 0.f, true, 2, 1, {1500, 7, 1100}, {1601, 900, 1100}));
     cases.push_back(varlen_case(64, 0, 0, -1, -1, 0.f, true, 2, 2, {1500, 7, 1100}, {1601, 900, 1100}));
+    cases.push_back(varlen_case(64, 1, 0, -1, -1, 0.f, true, 2, 1, {2500, 7, 1100}, {2601, 900, 1100}));
     int fails = 0;
     for (const Case &c : cases) fails += run_case(c);
     printf("%d / %zu cases failed\n", fails, cases.size());

@@ -44,7 +44,7 @@ static sm90_variant sm90_pick(const fa_problem *p) {
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_N224;
     }
     switch (sm90_padded_head_dim(p->D)) {
-    case 64: return p->has_mask && p->Sq <= 1024 ? SM90_D64_M128 : SM90_D64_M192;
+    case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41 */
     case 128: return SM90_D128;
     default: return SM90_D256;
     }
