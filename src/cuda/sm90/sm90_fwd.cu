@@ -64,8 +64,8 @@ template <class Cfg> static Sm90Shape sm90_shape_of() {
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
-static Sm90Shape sm90_shape(const fa_problem *p) {
-    switch (sm90_pick(p)) {
+static Sm90Shape sm90_shape(sm90_variant v) {
+    switch (v) {
     case SM90_D64_M192: return sm90_shape_of<Sm90CfgD64M192<true>>();
     case SM90_D64_M128: return sm90_shape_of<Sm90CfgD64M128<true>>();
     case SM90_D128: return sm90_shape_of<Sm90CfgD128<true, false>>();
@@ -100,7 +100,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     const int varlen = p->cu_seqlens_q != NULL;
     const int64_t map_b = varlen ? 1 : p->B;
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
-    const Sm90Shape shape = sm90_shape(p);
+    const Sm90Shape shape = sm90_shape(sm90_pick(p));
     if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, shape.bm, shape.qk_box))
         return 0;
     if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
@@ -199,7 +199,7 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     if (!sm90_has_split_tail(v)) return s;
     const int tail = k.num_tiles % grid;
     if (k.num_tiles <= grid || tail == 0) return s;
-    const Sm90Shape shape = sm90_shape(p);
+    const Sm90Shape shape = sm90_shape(v);
     const int64_t blocks = (p->Sk + shape.bn - 1) / shape.bn;
     const int64_t work = (int64_t)tail * blocks;
     if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
