@@ -639,6 +639,8 @@ static int check_fp8(bool small) {
             cases.push_back({1, 300, 700, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
             cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, true, 3.f, 0});
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, true, 4.f, 0});
+            /* near one-hot rows whose max moves by far, late in the row */
+            cases.push_back({1, 100, 1500, 2, 1, D, 0, 0, -1, -1, 0.f, true, 8.f, 0});
             cases.push_back({2, 8, 3100, 99, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* a partial last wave */
         }
     }
