@@ -504,10 +504,17 @@ static int run_fp8_case(const Case &c) {
     if (fa_sm90_fwd(&p, &x) != FA_OK) return 1;
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    std::vector<uint16_t> ho(hq.size());
+    std::vector<uint16_t> ho(hq.size()), ho_nolse(hq.size());
     std::vector<float> hl((size_t)c.B * c.Hq * c.Sq);
     CK(cudaMemcpy(ho.data(), dout, ho.size() * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hl.data(), dlse, hl.size() * 4, cudaMemcpyDeviceToHost));
+    /* again without lse (the epilogue skips it) */
+    p.lse = NULL;
+    CK(cudaMemset(dout, 0xFF, hq.size() * 2));
+    if (fa_sm90_fwd(&p, &x) != FA_OK) return 1;
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(ho_nolse.data(), dout, ho_nolse.size() * 2, cudaMemcpyDeviceToHost));
     cudaFree(dq);
     cudaFree(dk);
     cudaFree(dv);
@@ -516,7 +523,7 @@ static int run_fp8_case(const Case &c) {
     cudaFree(ws);
     for (int i = 0; i < 3; ++i) cudaFree(ddesc[i]);
 
-    double err = 0, err_naive = 0, err_lse = 0, lse_ratio = 0, maxref = 0;
+    double err = 0, err_nolse = 0, err_naive = 0, err_lse = 0, lse_ratio = 0, maxref = 0;
     int unwritten = 0, pad_touched = 0, bad_empty = 0;
     std::vector<double> s(c.Sk), o(D);
     std::vector<float> sf(c.Sk), of(D), qi(D), kj(D);
@@ -526,10 +533,10 @@ static int run_fp8_case(const Case &c) {
             int kh = h / (c.Hq / c.Hk);
             float qd = desc[0][b * c.Hk + kh], kd = desc[1][b * c.Hk + kh], vd = desc[2][b * c.Hk + kh];
             for (int i = 0; i < c.Sq; ++i) {
-                const uint16_t *oi = &ho[b * qsb + i * qss + h * qsh];
+                const uint16_t *oi = &ho[b * qsb + i * qss + h * qsh], *oi2 = &ho_nolse[b * qsb + i * qss + h * qsh];
                 for (int d = 0; d < D; ++d) qi[d] = from_e4m3(hq[b * qsb + i * qss + h * qsh + d]) * qd;
                 for (int e = D; e < D + c.pad; ++e)
-                    if (oi[e] != 0xFFFF) pad_touched++;
+                    if (oi[e] != 0xFFFF || oi2[e] != 0xFFFF) pad_touched++;
                 int64_t lo = (c.causal || c.wl < 0) ? 0 : i + off - c.wl;
                 int64_t hi = c.causal ? i + off + 1 : (c.wr < 0 ? c.Sk : i + off + c.wr + 1);
                 lo = std::max<int64_t>(lo, 0);
@@ -560,7 +567,7 @@ static int run_fp8_case(const Case &c) {
                 float lse_k = hl[(size_t)b * c.Hq * c.Sq + (size_t)h * c.Sq + i];
                 if (hi <= lo) {
                     for (int d = 0; d < D; ++d)
-                        if (oi[d] != 0 && oi[d] != 0x8000) bad_empty++;
+                        if ((oi[d] != 0 && oi[d] != 0x8000) || (oi2[d] != 0 && oi2[d] != 0x8000)) bad_empty++;
                     if (!(lse_k == -INFINITY)) bad_empty++;
                     continue;
                 }
@@ -583,12 +590,13 @@ static int run_fp8_case(const Case &c) {
                 for (int d = 0; d < D; ++d) {
                     double r = o[d] / l;
                     float nf = from16(to16(of[d] * vd / lf, true), true);
-                    float kv = from16(oi[d], true);
-                    if (isnan(kv)) {
+                    float kv = from16(oi[d], true), kv2 = from16(oi2[d], true);
+                    if (isnan(kv) || isnan(kv2)) {
                         unwritten++;
                         continue;
                     }
                     err = std::max(err, fabs(kv - r));
+                    err_nolse = std::max(err_nolse, fabs(kv2 - r));
                     err_naive = std::max(err_naive, fabs(nf - r));
                     maxref = std::max(maxref, fabs(r));
                 }
@@ -606,11 +614,11 @@ static int run_fp8_case(const Case &c) {
         }
     double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
     bool ok = unwritten == 0 && pad_touched == 0 && bad_empty == 0 && err <= 2 * err_naive + half_ulp &&
-              lse_ratio <= 1.0;
+              err_nolse <= 2 * err_naive + half_ulp && lse_ratio <= 1.0;
     printf("%s e4m3 B=%d Sq=%d Sk=%d Hq=%d Hk=%d D=%d causal=%d tl=%d win=(%d,%d) cap=%g mag=%g pad=%d | err %.2e "
-           "naive %.2e lse %.2e (%.2f of its bound) max|o| %.2f unwritten %d pad %d empty %d\n",
+           "(no lse %.2e) naive %.2e lse %.2e (%.2f of its bound) max|o| %.2f unwritten %d pad %d empty %d\n",
            ok ? "PASS" : "FAIL", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D, c.causal, c.top_left, c.wl, c.wr, c.softcap,
-           c.qscale, c.pad, err, err_naive, err_lse, lse_ratio, maxref, unwritten, pad_touched, bad_empty);
+           c.qscale, c.pad, err, err_nolse, err_naive, err_lse, lse_ratio, maxref, unwritten, pad_touched, bad_empty);
     return ok ? 0 : 1;
 }
 
@@ -639,8 +647,6 @@ static int check_fp8(bool small) {
             cases.push_back({1, 300, 700, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
             cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, true, 3.f, 0});
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, true, 4.f, 0});
-            /* near one-hot rows whose max moves by far, late in the row */
-            cases.push_back({1, 100, 1500, 2, 1, D, 0, 0, -1, -1, 0.f, true, 8.f, 0});
             cases.push_back({2, 8, 3100, 99, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* a partial last wave */
         }
     }
