@@ -430,10 +430,11 @@ static float from_e4m3(uint8_t u) {
     return __half2float(__half(h));
 }
 
-/* e4m3 q, k, v with per-(batch, kv head) descales, bf16 output. Rule: error
- * against float64 (on the dequantised inputs) at most 2x that of a naive
- * implementation in the same precision (float32 scores, P rounded to e4m3
- * before P V, output rounded to bf16) plus half a bf16 ulp of max|o|. */
+/* e4m3 q, k, v with per-(batch, kv head) descales, bf16 output, run with and
+ * without lse. Rule: error against float64 (on the dequantised inputs) at most
+ * 2x that of a naive implementation in the same precision (float32 scores, P
+ * rounded to e4m3 before P V, output rounded to bf16) plus half a bf16 ulp of
+ * max|o|, for both outputs. */
 static int run_fp8_case(const Case &c) {
     const int64_t D = c.D;
     const int64_t qsh = D + c.pad, qss = c.Hq * qsh, qsb = c.Sq * qss;
