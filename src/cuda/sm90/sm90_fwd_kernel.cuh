@@ -487,16 +487,18 @@ __device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_
     }
 }
 
-/* Online softmax step on one S block: updates the running max, returns the
- * factor that rescales the old O and row sums (exactly 1 where the max did
- * not move), and leaves exp2 in S. The max is the row's true running max, so
- * the row's largest score gives P = 1 exactly, as in a plain softmax (a max
- * that lags, to skip more rescales, rounds the dominant P: docs/perf/sm90.md). */
+/* The k-th of this thread's scores of row half h in an S block (register
+ * 4c + 2h + e holds row half h's score 2c + e), as its bit pattern. */
 template <class Cfg>
-__device__ __forceinline__ void sm90_softmax_block(float *S, float *row_max, float *row_sum, float *rescale,
-                                                   float scale_log2) {
-    /* Row maxima in four independent chains per row, then a tree: short
-     * dependency chains (register i holds row half (i/2)%2). */
+__device__ __forceinline__ int sm90_score_bits(const float *S, int h, int k) {
+    return __float_as_int(S[4 * (k / 2) + 2 * h + k % 2]);
+}
+
+/* This thread's max of each of its two rows over an S block and the running
+ * max, in four independent chains per row and a tree (short dependency
+ * chains). For masked blocks, whose hidden scores are -inf. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_thread_row_max_masked(const float *S, const float *row_max, float *mx) {
     float part[2][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -504,10 +506,64 @@ __device__ __forceinline__ void sm90_softmax_block(float *S, float *row_max, flo
         for (int j = 0; j < 4; ++j) part[h][j] = row_max[h];
 #pragma unroll
     for (int i = 0; i < Cfg::BN / 2; ++i) part[(i / 2) % 2][(i / 4) % 4] = fmaxf(part[(i / 2) % 2][(i / 4) % 4], S[i]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) mx[h] = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
+}
+
+/* The same maxima at half the instructions, as three-input integer maxima of
+ * the bit patterns (VIMNMX3; sm_90 has no three-input float max): over a set
+ * of floats with one value >= +0, signed-int order of the bits is float
+ * order on the values that can be the max, so the int max is the float max.
+ * Where a row's set is all negative (sign bits set, int order reversed), the
+ * int min is its float max: a second pass, in a warp-uniform branch that
+ * unmasked blocks seldom take (a thread sees 16 to 56 keys of a row, all
+ * negative only on rows that score nearly every key below zero). NaN
+ * scores win the int max (not the float one): that row's output is NaN
+ * either way. Called by whole warps (the vote). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_thread_row_max(const float *S, const float *row_max, float *mx) {
+    constexpr int PER_ROW = Cfg::BN / 4; /* this thread's scores of one row */
+    static_assert(PER_ROW % 2 == 0, "scores of a row taken in pairs");
+    int part[2][4], imx[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) part[h][j] = __float_as_int(row_max[h]);
+#pragma unroll
+        for (int k = 0; k < PER_ROW; k += 2)
+            part[h][(k / 2) % 4] =
+                __vimax3_s32(part[h][(k / 2) % 4], sm90_score_bits<Cfg>(S, h, k), sm90_score_bits<Cfg>(S, h, k + 1));
+        imx[h] = max(max(part[h][0], part[h][1]), max(part[h][2], part[h][3]));
+    }
+    if (__any_sync(0xffffffffu, (imx[0] | imx[1]) < 0)) { /* some row set all negative */
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) part[h][j] = __float_as_int(row_max[h]);
+#pragma unroll
+            for (int k = 0; k < PER_ROW; k += 2)
+                part[h][(k / 2) % 4] = __vimin3_s32(part[h][(k / 2) % 4], sm90_score_bits<Cfg>(S, h, k),
+                                                    sm90_score_bits<Cfg>(S, h, k + 1));
+            if (imx[h] < 0) imx[h] = min(min(part[h][0], part[h][1]), min(part[h][2], part[h][3]));
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) mx[h] = __int_as_float(imx[h]);
+}
+
+/* Online softmax step on one S block, given this thread's row maxima over it
+ * and the running max (thread_max): updates the running max, returns the
+ * factor that rescales the old O and row sums (exactly 1 where the max did
+ * not move), and leaves exp2 in S. The max is the row's true running max, so
+ * the row's largest score gives P = 1 exactly, as in a plain softmax (a max
+ * that lags, to skip more rescales, rounds the dominant P: docs/perf/sm90.md). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_softmax_block(float *S, const float *thread_max, float *row_max, float *row_sum,
+                                                   float *rescale, float scale_log2) {
     float sub[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float mx = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
+        float mx = thread_max[h];
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* quad owns the row */
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const bool move = mx > row_max[h];                  /* false while the row is all hidden */
@@ -699,13 +755,20 @@ __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdPara
                                                      float *row_max, float *row_sum, float *rescale, int quad_col) {
     if (r.cap_pre != 0.f)
         for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * r.cap_pre);
-    if (sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi)) {
+    /* Masked blocks (a warp-uniform choice: the integer max votes) take the
+     * float max; their hidden -inf scores would send most rows of a diagonal
+     * block through the integer max's second pass. */
+    float thread_max[2];
+    if (__any_sync(0xffffffffu, sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi))) {
         if (n * Cfg::BN >= max(r.key_lo[0], r.key_lo[1]))
             sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col);
         else
             sm90_mask_block<Cfg, true>(S, n, r.key_lo, r.key_hi, quad_col);
+        sm90_thread_row_max_masked<Cfg>(S, row_max, thread_max);
+    } else {
+        sm90_thread_row_max<Cfg>(S, row_max, thread_max);
     }
-    sm90_softmax_block<Cfg>(S, row_max, row_sum, rescale, r.s_log2);
+    sm90_softmax_block<Cfg>(S, thread_max, row_max, row_sum, rescale, r.s_log2);
 }
 
 /* Normalise this warpgroup's 64 rows of O, write their lse, stage them in
