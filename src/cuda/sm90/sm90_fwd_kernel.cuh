@@ -510,41 +510,45 @@ __device__ __forceinline__ void sm90_thread_row_max_masked(const float *S, const
     for (int h = 0; h < 2; ++h) mx[h] = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
 }
 
+/* The signed max (MIN: min) of init and the bit patterns of this thread's
+ * scores of row half h in an S block, three at a time (VIMNMX3), in four
+ * independent chains: part[0..3], to be combined by the caller. */
+template <class Cfg, bool MIN>
+__device__ __forceinline__ void sm90_row_ichains(const float *S, int h, int init, int *part) {
+    constexpr int PER_ROW = Cfg::BN / 4; /* this thread's scores of one row */
+    static_assert(PER_ROW % 2 == 0, "scores of a row taken in pairs");
+#pragma unroll
+    for (int j = 0; j < 4; ++j) part[j] = init;
+#pragma unroll
+    for (int k = 0; k < PER_ROW; k += 2) {
+        const int a = sm90_score_bits<Cfg>(S, h, k), b = sm90_score_bits<Cfg>(S, h, k + 1);
+        part[(k / 2) % 4] = MIN ? __vimin3_s32(part[(k / 2) % 4], a, b) : __vimax3_s32(part[(k / 2) % 4], a, b);
+    }
+}
+
 /* The same maxima at half the instructions, as three-input integer maxima of
- * the bit patterns (VIMNMX3; sm_90 has no three-input float max): over a set
- * of floats with one value >= +0, signed-int order of the bits is float
- * order on the values that can be the max, so the int max is the float max.
- * Where a row's set is all negative (sign bits set, int order reversed), the
- * int min is its float max: a second pass, in a warp-uniform branch that
+ * the bit patterns (sm_90 has no three-input float max): over a set of
+ * floats with one value >= +0, signed-int order of the bits is float order
+ * on the values that can be the max, so the int max is the float max. Where
+ * a row's set is all negative (sign bits set, int order reversed), the int
+ * min is its float max: a second pass, in a warp-uniform branch that
  * unmasked blocks seldom take (a thread sees 16 to 56 keys of a row, all
  * negative only on rows that score nearly every key below zero). NaN
  * scores win the int max (not the float one): that row's output is NaN
  * either way. Called by whole warps (the vote). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_thread_row_max(const float *S, const float *row_max, float *mx) {
-    constexpr int PER_ROW = Cfg::BN / 4; /* this thread's scores of one row */
-    static_assert(PER_ROW % 2 == 0, "scores of a row taken in pairs");
-    int part[2][4], imx[2];
+    int part[4], imx[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) part[h][j] = __float_as_int(row_max[h]);
-#pragma unroll
-        for (int k = 0; k < PER_ROW; k += 2)
-            part[h][(k / 2) % 4] =
-                __vimax3_s32(part[h][(k / 2) % 4], sm90_score_bits<Cfg>(S, h, k), sm90_score_bits<Cfg>(S, h, k + 1));
-        imx[h] = max(max(part[h][0], part[h][1]), max(part[h][2], part[h][3]));
+        sm90_row_ichains<Cfg, false>(S, h, __float_as_int(row_max[h]), part);
+        imx[h] = max(max(part[0], part[1]), max(part[2], part[3]));
     }
     if (__any_sync(0xffffffffu, (imx[0] | imx[1]) < 0)) { /* some row set all negative */
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) part[h][j] = __float_as_int(row_max[h]);
-#pragma unroll
-            for (int k = 0; k < PER_ROW; k += 2)
-                part[h][(k / 2) % 4] = __vimin3_s32(part[h][(k / 2) % 4], sm90_score_bits<Cfg>(S, h, k),
-                                                    sm90_score_bits<Cfg>(S, h, k + 1));
-            if (imx[h] < 0) imx[h] = min(min(part[h][0], part[h][1]), min(part[h][2], part[h][3]));
+            sm90_row_ichains<Cfg, true>(S, h, __float_as_int(row_max[h]), part);
+            if (imx[h] < 0) imx[h] = min(min(part[0], part[1]), min(part[2], part[3]));
         }
     }
 #pragma unroll
