@@ -954,25 +954,24 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         };
         issue_first_s(0, 0);
 
-        /* Retire the P V issued in the last turn (its V stage: pv_stage) and
-         * pack the newest probabilities into P, which that P V was reading.
-         * With LATE_PV_RETIRE this runs after a barrier-wait loop, not straight
-         * after the softmax: in one basic block with the softmax, ptxas hoists
-         * the wait above it (to pack P early), and the softmax then waits for
-         * the P V it is meant to overlap (docs/perf/sm90.md, item 30). */
-        auto retire_pv_and_pack = [&](uint32_t pv_stage, int pv_in_flight) {
-            wgmma_wait<0>();
-            fence_regs<Cfg::D / 2>(O);
-            if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
-            if (!Cfg::RESCALE_IN_TURN && pv_in_flight) sm90_rescale_o<Cfg>(O, rescale);
-            sm90_pack_p<Cfg>(P[0], S);
-        };
-        /* Two P buffers: the same wait, but nothing to pack (the softmax has
-         * written the other buffer). */
+        /* Retire the P V issued in the last turn (its V stage: pv_stage);
+         * retire_pv_and_pack then packs the newest probabilities into P,
+         * which that P V was reading. With LATE_PV_RETIRE this runs after a
+         * barrier-wait loop, not straight after the softmax: in one basic
+         * block with the softmax, ptxas hoists the wait above it (to pack P
+         * early), and the softmax then waits for the P V it is meant to
+         * overlap (docs/perf/sm90.md, item 30). */
         auto retire_pv = [&](uint32_t pv_stage, int pv_in_flight) {
             wgmma_wait<0>();
             fence_regs<Cfg::D / 2>(O);
             if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
+        };
+        /* (Two P buffers take retire_pv alone: the softmax has written the
+         * other buffer.) */
+        auto retire_pv_and_pack = [&](uint32_t pv_stage, int pv_in_flight) {
+            retire_pv(pv_stage, pv_in_flight);
+            if (!Cfg::RESCALE_IN_TURN && pv_in_flight) sm90_rescale_o<Cfg>(O, rescale);
+            sm90_pack_p<Cfg>(P[0], S);
         };
 
         for (;;) {
