@@ -179,6 +179,14 @@ struct Sm90FwdConfig {
      * registers); not for e4m3, where a second P fits only with shorter
      * blocks, which lose more than the wait costs (item 40). */
     static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS == 2)) ? 2 : 1;
+    /* The exponentials as a second turn (a ring of named barriers, like the
+     * GEMMs'): a consumer takes it between its row max and its exp2s and
+     * hands it on after them, so that one consumer's exponentials run while
+     * the other is in its GEMM turn and row max, instead of both sharing the
+     * exp unit and then both waiting. +0.2..+2.3% for the two-consumer
+     * head-dim-64 kernel (masked problems up to 2k queries), level or worse
+     * for the others (docs/perf/sm90.md, item 53). */
+    static constexpr bool EXP_TURN = !FP8 && D == 64 && CONSUMERS == 2;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
     /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
@@ -226,9 +234,10 @@ template <int B> struct PBuf {
 };
 
 /* Named barrier ids (0 is __syncthreads): one "turn" barrier per consumer
- * warpgroup (ids 1..3), one epilogue barrier per consumer (4..6), and with O
- * staged in the ring "the other consumer has read the last K / V stage". */
-enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8 };
+ * warpgroup (ids 1..3), one epilogue barrier per consumer (4..6), with O
+ * staged in the ring "the other consumer has read the last K / V stage"
+ * (7, 8), and with EXP_TURN one exponentials' turn per consumer (9..11). */
+enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8, BAR_EXP0 = 9 };
 
 /* ---- tile scheduling ------------------------------------------------------ */
 
@@ -555,16 +564,18 @@ __device__ __forceinline__ void sm90_thread_row_max(const float *S, const float 
     for (int h = 0; h < 2; ++h) mx[h] = __int_as_float(imx[h]);
 }
 
-/* Online softmax step on one S block, given this thread's row maxima over it
- * and the running max (thread_max): updates the running max, returns the
- * factor that rescales the old O and row sums (exactly 1 where the max did
- * not move), and leaves exp2 in S. The max is the row's true running max, so
- * the row's largest score gives P = 1 exactly, as in a plain softmax (a max
- * that lags, to skip more rescales, rounds the dominant P: docs/perf/sm90.md). */
+/* Online softmax on one S block, in two steps (a caller may put work between
+ * them). The max is the row's true running max, so the row's largest score
+ * gives P = 1 exactly, as in a plain softmax (a max that lags, to skip more
+ * rescales, rounds the dominant P: docs/perf/sm90.md).
+ *
+ * Step one, given this thread's row maxima over the block and the running
+ * max (thread_max): updates the running max, returns the factor that
+ * rescales the old O and row sums (exactly 1 where the max did not move) and
+ * what each score's exponent subtracts (sub). */
 template <class Cfg>
-__device__ __forceinline__ void sm90_softmax_block(float *S, const float *thread_max, float *row_max, float *row_sum,
-                                                   float *rescale, float scale_log2) {
-    float sub[2];
+__device__ __forceinline__ void sm90_softmax_max(const float *thread_max, float *row_max, float *rescale, float *sub,
+                                                 float scale_log2) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float mx = thread_max[h];
@@ -575,8 +586,14 @@ __device__ __forceinline__ void sm90_softmax_block(float *S, const float *thread
         rescale[h] = move ? fast_exp2(row_max[h] * scale_log2 - sub[h]) : 1.f; /* old -inf gives 0 */
         row_max[h] = mx;
     }
-    /* Exponentials and per-thread partial row sums (two chains per row); the
-     * quad is reduced once in the epilogue. */
+}
+
+/* Step two: exp2 into S, and the row sums rescaled and grown by the block's
+ * (per-thread partial sums, two chains per row; the quad is reduced once in
+ * the epilogue). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_softmax_exp(float *S, const float *sub, const float *rescale, float *row_sum,
+                                                 float scale_log2) {
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
     for (int i = 0; i < Cfg::BN / 2; ++i) {
@@ -753,10 +770,11 @@ __device__ __forceinline__ Sm90RowSetup sm90_row_setup(const Sm90FwdParams &p, c
     return r;
 }
 
-/* Softcap, mask and online softmax of kv block n, whose raw scores are in S. */
+/* Softcap, mask and the softmax's first step (sm90_softmax_max) on kv block
+ * n, whose raw scores are in S. */
 template <class Cfg>
-__device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
-                                                     float *row_max, float *row_sum, float *rescale, int quad_col) {
+__device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
+                                                   float *row_max, float *rescale, float *sub, int quad_col) {
     if (r.cap_pre != 0.f)
         for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * r.cap_pre);
     /* Masked blocks (a warp-uniform choice: the integer max votes) take the
@@ -772,7 +790,21 @@ __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdPara
     } else {
         sm90_thread_row_max<Cfg>(S, row_max, thread_max);
     }
-    sm90_softmax_block<Cfg>(S, thread_max, row_max, row_sum, rescale, r.s_log2);
+    sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2);
+}
+
+/* Block n's scores to probabilities: softcap, mask, the online softmax; with
+ * EXP_TURN the exponentials wait for this consumer's turn (my_exp) and then
+ * hand it on (next_exp). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
+                                                     float *row_max, float *row_sum, float *rescale, int quad_col,
+                                                     int my_exp, int next_exp) {
+    float sub[2];
+    sm90_scores_to_max<Cfg>(S, p, r, n, row_max, rescale, sub, quad_col);
+    if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, 256);
+    sm90_softmax_exp<Cfg>(S, sub, rescale, row_sum, r.s_log2);
+    if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, 256);
 }
 
 /* Normalise this warpgroup's 64 rows of O, write their lse, stage them in
@@ -924,11 +956,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
      * hand the turn to the next warpgroup. */
     constexpr int TURN_THREADS = 256; /* the warpgroup waiting + the one handing over */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
+    const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
 
     Sm90Tile tile, next_tile;
     int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile(p), wg, tid, &tile);
     if (t < p.num_tiles) {
         if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
+        if (Cfg::EXP_TURN && wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_EXP0, TURN_THREADS); /* and exps first */
 
         float O[Cfg::D / 2];
         float S[Cfg::BN / 2];
@@ -986,7 +1020,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
-            sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
+            sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
             if (!Cfg::LATE_PV_RETIRE) sm90_pack_p<Cfg>(P[0], S); /* no P V in flight yet */
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
@@ -1019,7 +1053,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[st], n == tile.n_lo, wg, tid);
-                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
+                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
                     sm90_pack_p<Cfg>(P[BUF ^ 1], S); /* the buffer no P V reads now */
                     o_started = 1;
                     --n;
@@ -1055,7 +1089,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
-                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col);
+                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
                     if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, 1);
                     o_started = 1;
                     pv_stage = prev_stage;
