@@ -182,10 +182,9 @@ struct Sm90FwdConfig {
     /* The exponentials as a second turn (a ring of named barriers, like the
      * GEMMs'): a consumer takes it between its row max and its exp2s and
      * hands it on after them, so that one consumer's exponentials run while
-     * the other is in its GEMM turn and row max, instead of both sharing the
-     * exp unit and then both waiting. +0.2..+2.3% for the two-consumer
-     * head-dim-64 kernel (masked problems up to 2k queries), level or worse
-     * for the others (docs/perf/sm90.md, item 53). */
+     * the other is in its GEMM turn and row max. Measured +0.2..+2.3% for
+     * the two-consumer head-dim-64 kernel (masked problems up to 2k
+     * queries), level or worse for the others (docs/perf/sm90.md, item 53). */
     static constexpr bool EXP_TURN = !FP8 && D == 64 && CONSUMERS == 2;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
@@ -802,7 +801,7 @@ __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdPara
                                                      int my_exp, int next_exp) {
     float sub[2];
     sm90_scores_to_max<Cfg>(S, p, r, n, row_max, rescale, sub, quad_col);
-    if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, 256);
+    if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, 256); /* 256: this warpgroup + the one handing over */
     sm90_softmax_exp<Cfg>(S, sub, rescale, row_sum, r.s_log2);
     if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, 256);
 }
