@@ -237,6 +237,8 @@ template <int B> struct PBuf {
  * staged in the ring "the other consumer has read the last K / V stage"
  * (7, 8), and with EXP_TURN one exponentials' turn per consumer (9..11). */
 enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8, BAR_EXP0 = 9 };
+/* Threads at a turn barrier: the warpgroup waiting + the one handing over. */
+constexpr int TURN_THREADS = 256;
 
 /* ---- tile scheduling ------------------------------------------------------ */
 
@@ -793,17 +795,17 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
 }
 
 /* Block n's scores to probabilities: softcap, mask, the online softmax; with
- * EXP_TURN the exponentials wait for this consumer's turn (my_exp) and then
- * hand it on (next_exp). */
+ * EXP_TURN the exponentials wait for this consumer's turn (barrier my_exp)
+ * and then hand it on (next_exp); the ids are made once, outside the loop. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
                                                      float *row_max, float *row_sum, float *rescale, int quad_col,
                                                      int my_exp, int next_exp) {
     float sub[2];
     sm90_scores_to_max<Cfg>(S, p, r, n, row_max, rescale, sub, quad_col);
-    if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, 256); /* 256: this warpgroup + the one handing over */
+    if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, TURN_THREADS);
     sm90_softmax_exp<Cfg>(S, sub, rescale, row_sum, r.s_log2);
-    if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, 256);
+    if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, TURN_THREADS);
 }
 
 /* Normalise this warpgroup's 64 rows of O, write their lse, stage them in
@@ -953,7 +955,6 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128; /* O staging: this warpgroup's 64 rows of each slab */
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
      * hand the turn to the next warpgroup. */
-    constexpr int TURN_THREADS = 256; /* the warpgroup waiting + the one handing over */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
     const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
 
