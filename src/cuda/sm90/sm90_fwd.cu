@@ -34,7 +34,7 @@ using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT>;
  * Q and K rows, so no zero columns are multiplied) with three consumers and
  * joined tile boundaries: like bf16 at head dim 64, it is bound by the
  * exponentials, not the tensor cores (docs/perf/sm90.md, item 38). */
-using Sm90CfgF8N224 = Sm90FwdConfig<128, 224, 2, true, 2, true>;
+template <bool SPLIT> using Sm90CfgF8N224 = Sm90FwdConfig<128, 224, 2, true, 2, true, false, SPLIT>;
 using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
 using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 
@@ -70,7 +70,7 @@ static Sm90Shape sm90_shape(sm90_variant v) {
     case SM90_D64_M128: return sm90_shape_of<Sm90CfgD64M128<true>>();
     case SM90_D128: return sm90_shape_of<Sm90CfgD128<true, false>>();
     case SM90_D256: return sm90_shape_of<Sm90CfgD256<true, false>>();
-    case SM90_F8_N224: return sm90_shape_of<Sm90CfgF8N224>();
+    case SM90_F8_N224: return sm90_shape_of<Sm90CfgF8N224<false>>();
     case SM90_F8_N128: return sm90_shape_of<Sm90CfgF8N128>();
     case SM90_F8_D64: return sm90_shape_of<Sm90CfgF8D64>();
     }
@@ -78,10 +78,9 @@ static Sm90Shape sm90_shape(sm90_variant v) {
 }
 
 /* Whether the variant has a kernel with the split tail (sm90_split_plan):
- * not head dim 64's (its three-consumer kernel spills with the merge) nor
- * e4m3's (with 224-key blocks the split kernel spilled and ran slower than
- * whole tiles; docs/perf/sm90.md, items 35 and 36). */
-static int sm90_has_split_tail(sm90_variant v) { return v == SM90_D128 || v == SM90_D256; }
+ * not head dim 64's (its three-consumer kernel spills with the merge, in
+ * 16-bit and e4m3 alike), nor e4m3's 128-key kernel (masked problems only). */
+static int sm90_has_split_tail(sm90_variant v) { return v == SM90_D128 || v == SM90_D256 || v == SM90_F8_N224; }
 
 /* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key chunks). */
 static int64_t sm90_fp8_vt_keys(const fa_problem *p) { return (p->Sk + 31) / 32 * 32; }
@@ -177,8 +176,9 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
  * the idle time it saves, (G - R) / G of a tile, is at least
  * SM90_SPLIT_MIN_SAVED kv blocks of 128 keys at head dim 128 (measured on
  * the H200: -0.5..-8% where it saves 2 to 8 such blocks, +1..+5% from 16
- * up; docs/perf/sm90.md, item 35), and each CTA's share holds at least two
- * kv blocks. */
+ * up; docs/perf/sm90.md, item 35), twice that for e4m3, whose blocks take
+ * about half the time (-1..-2% where it saves 16 such blocks, +1..+2% from
+ * 31 up; item 56), and each CTA's share holds at least two kv blocks. */
 enum { SM90_SPLIT_MIN_SAVED = 12, SM90_SPLIT_MIN_SHARE = 2 };
 
 struct Sm90SplitPlan {
@@ -207,7 +207,8 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     const int d = sm90_padded_head_dim(p->D);
     /* idle time saved, in blocks of 128 keys x head dim 128 */
     const int64_t saved = (int64_t)(grid - tail) * blocks * shape.bn * d; /* x grid * 128 * 128 */
-    if (saved < (int64_t)SM90_SPLIT_MIN_SAVED * grid * 128 * 128) return s;
+    const int64_t min_saved = p->dtype == FA_F8_E4M3 ? 2 * SM90_SPLIT_MIN_SAVED : SM90_SPLIT_MIN_SAVED;
+    if (saved < min_saved * grid * 128 * 128) return s;
     s.tail_tiles = tail;
     s.blocks = (int)blocks;
     s.work = (uint32_t)work;
@@ -217,9 +218,14 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     return s;
 }
 
-/* Workspace: e4m3's V^T, or the split tail's counters and parts. */
+/* Workspace: e4m3's V^T first, then the split tail's counters and parts
+ * (where the plan splits). */
+static size_t sm90_split_offset(const fa_problem *p) {
+    return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) : 0;
+}
 static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) {
-    return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : s.count_bytes + s.partial_bytes;
+    if (!s.tail_tiles) return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : 0;
+    return sm90_split_offset(p) + s.count_bytes + s.partial_bytes;
 }
 
 extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
@@ -228,8 +234,8 @@ extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
     /* e4m3: head dims up to 128 in steps of 16 (on the head-dim-64 or 128
      * kernel; TMA zero-fills the columns past D and clips them from the
      * stores), batched only (the V transpose walks (B, Sk) rows). */
-    if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 128 || p->cu_seqlens_q || p->B > 65535)) return 0; /* B: grid z */
-    /* ... and the transpose reads V in 16-byte chunks */
+    if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 128 || p->cu_seqlens_q)) return 0;
+    /* ... and V, which the transpose reads in 32-bit words, aligned as TMA wants the others */
     if (p->dtype == FA_F8_E4M3 && (((uintptr_t)p->v.data) % 16 || p->v.ss % 16 || p->v.sh % 16 || p->v.sb % 16))
         return 0;
     if (p->seqlens_k || p->block_table || p->k_new.data) return 0;
@@ -257,31 +263,55 @@ extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
 
 /* e4m3: writes V^T (B, Hk, D, keys) with each 32-key chunk's keys permuted
  * to the P fragment order (sm90_fp8_key_of_slot); keys past Sk are zero.
- * One CTA per (64 keys, kv head, batch): 64 rows of V through shared memory. */
+ * A CTA takes tiles of 128 keys (blockIdx.x) of (batch, kv head) pairs
+ * blockIdx.y, blockIdx.y + gridDim.y, ... Warp w loads keys 16w..16w+15 of
+ * the tile, lane l columns 4l..4l+3, one 32-bit word per key (so each load
+ * instruction reads a key's whole row), moves the bytes into V^T order with
+ * byte permutes and stores 16 slots of each of its 4 V^T rows to shared
+ * memory; the CTA then writes the tile's V^T rows with 16-byte stores, whole
+ * rows at a time. */
 __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, int64_t v_sb, int64_t v_ss,
-                                                            int64_t v_sh, int sk, int d, int keys,
-                                                            uint8_t *vt) {
-    __shared__ __align__(16) uint8_t tile[64][128 + 16]; /* + 16: rows start on different banks */
-    const int key0 = blockIdx.x * 64, h = blockIdx.y, b = blockIdx.z;
-    const int chunks = d / 16; /* 16-byte chunks per V row */
-    for (int c = threadIdx.x; c < 64 * chunks; c += blockDim.x) {
-        int r = c / chunks, ch = c % chunks, key = key0 + r;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (key < sk) val = *reinterpret_cast<const uint4 *>(v + b * v_sb + key * v_ss + h * v_sh + ch * 16);
-        *reinterpret_cast<uint4 *>(&tile[r][ch * 16]) = val;
-    }
-    __syncthreads();
-    /* output: d rows of (up to) 64 slots; 4 slots (one 32-bit store) per step */
-    const int slots = min(64, keys - key0);
-    for (int c = threadIdx.x; c < d * (slots / 4); c += blockDim.x) {
-        int row = c / (slots / 4), s0 = (c % (slots / 4)) * 4;
-        uint32_t word = 0;
-        for (int i = 0; i < 4; ++i) {
-            int s = s0 + i;
-            int key = (s / 32) * 32 + sm90_fp8_key_of_slot(s % 32); /* key held by slot s */
-            word |= (uint32_t)tile[key][row] << (8 * i);
+                                                            int64_t v_sh, int sk, int d, int keys, int hk,
+                                                            int pairs, uint8_t *vt) {
+    __shared__ __align__(16) uint8_t vt_tile[128][128 + 16]; /* + 16: a warp's rows start 4 banks apart */
+    const int lane = threadIdx.x % 32, part = threadIdx.x / 32; /* part: keys 16 part .. 16 part + 15 */
+    const int chunk_half = part % 2; /* slots 16 chunk_half .. + 15 of its 32-key chunk */
+    const int key0 = blockIdx.x * 128, tile_keys = min(128, keys - key0);
+    for (int bh = blockIdx.y; bh < pairs; bh += gridDim.y) { /* bh = b * hk + h */
+        if (4 * lane < d && 16 * part < tile_keys) {
+            const uint8_t *src = v + (int64_t)(bh / hk) * v_sb + (int64_t)(bh % hk) * v_sh + 4 * lane;
+            uint32_t w[16]; /* w[k]: key key0 + 16 part + k, columns 4 lane .. 4 lane + 3 */
+#pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const int key = key0 + 16 * part + k;
+                w[k] = key < sk ? *reinterpret_cast<const uint32_t *>(src + key * v_ss) : 0u;
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {              /* V^T row 4 lane + r: byte r of every key */
+                const uint32_t sel = r | (4 + r) << 4; /* byte r of the first word, byte r of the second */
+                uint32_t out[4];                       /* slots 4q .. 4q + 3 of the 16 */
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int s0 = 16 * chunk_half + 4 * q, k0 = 16 * chunk_half; /* slots s0..; keys from k0 */
+                    const uint32_t lo = __byte_perm(w[sm90_fp8_key_of_slot(s0) - k0],
+                                                    w[sm90_fp8_key_of_slot(s0 + 1) - k0], sel);
+                    const uint32_t hi = __byte_perm(w[sm90_fp8_key_of_slot(s0 + 2) - k0],
+                                                    w[sm90_fp8_key_of_slot(s0 + 3) - k0], sel);
+                    out[q] = __byte_perm(lo, hi, 0x5410);
+                }
+                *reinterpret_cast<uint4 *>(&vt_tile[4 * lane + r][16 * part]) =
+                    make_uint4(out[0], out[1], out[2], out[3]);
+            }
         }
-        *reinterpret_cast<uint32_t *>(vt + (((int64_t)b * gridDim.y + h) * d + row) * keys + key0 + s0) = word;
+        __syncthreads();
+        const int pieces = tile_keys / 16; /* 16-byte pieces of a V^T row in this tile */
+        uint8_t *dst = vt + (int64_t)bh * d * keys + key0;
+        for (int c = threadIdx.x; c < d * pieces; c += blockDim.x) {
+            const int row = c / pieces, piece = c % pieces;
+            *reinterpret_cast<uint4 *>(dst + (int64_t)row * keys + 16 * piece) =
+                *reinterpret_cast<const uint4 *>(&vt_tile[row][16 * piece]);
+        }
+        __syncthreads(); /* the tile buffer is free for the next tile */
     }
 }
 
@@ -333,7 +363,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     const int ctas = sm90_num_sms(x->device_index); /* the persistent grid (sm90_launch) */
     const Sm90SplitPlan split = sm90_split_plan(p, k, ctas);
     if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, split)) {
-        uint8_t *ws = (uint8_t *)x->workspace;
+        uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);
         k.split_count = (int *)ws;
         k.split_partial = (float4 *)(ws + split.count_bytes);
         k.tail_first = k.num_tiles - split.tail_tiles;
@@ -346,14 +376,15 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     }
     if (fp8) {
         const int keys = (int)sm90_fp8_vt_keys(p);
-        dim3 grid((unsigned)((keys + 63) / 64), (unsigned)p->Hk, (unsigned)p->B);
+        const int pairs = (int)(p->B * p->Hk); /* (batch, kv head) pairs: grid rows, looped past 65535 */
+        const dim3 grid((unsigned)((keys + 127) / 128), (unsigned)(pairs < 65535 ? pairs : 65535));
         sm90_fp8_transpose_v<<<grid, 256, 0, (cudaStream_t)x->stream>>>(
-            (const uint8_t *)p->v.data, p->v.sb, p->v.ss, p->v.sh, (int)p->Sk, (int)p->D, keys,
+            (const uint8_t *)p->v.data, p->v.sb, p->v.ss, p->v.sh, (int)p->Sk, (int)p->D, keys, (int)p->Hk, pairs,
             (uint8_t *)x->workspace);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
         switch (sm90_pick(p)) {
-        case SM90_F8_N224: return sm90_launch<Sm90CfgF8N224>(k, x);
+        case SM90_F8_N224: return sm90_launch_tail<Sm90CfgF8N224<false>, Sm90CfgF8N224<true>>(k, x);
         case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(k, x);
         default: return sm90_launch<Sm90CfgF8N128>(k, x);
         }
