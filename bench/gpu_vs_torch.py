@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-FA_BF16, FA_F32 = 2, 0
+FA_F32, FA_BF16, FA_F8_E4M3 = 0, 2, 3
 FA_DEVICE_CUDA = 1
 BACKENDS = {"cuda": 3, "cuda_sm80": 4}
 
@@ -61,7 +61,7 @@ def fa_view(t):
     """An fa_tensor describing a CUDA torch tensor (no copy)."""
     x = FaTensor()
     x.data = t.data_ptr()
-    x.dtype = FA_BF16 if t.dtype == torch.bfloat16 else FA_F32
+    x.dtype = {torch.bfloat16: FA_BF16, torch.float8_e4m3fn: FA_F8_E4M3}.get(t.dtype, FA_F32)
     x.device = FA_DEVICE_CUDA
     x.device_index = t.device.index or 0
     x.ndim = t.dim()

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""flashattn's float8 e4m3 forward (CUDA backend, Hopper) through the C API,
+beside two references timed in the same process:
+
+  gemm   torch._scaled_mm on e4m3 (8192 x 8192 x 8192, bf16 out): the rate
+         the tensor cores sustain on float8 at the power cap, a ceiling that
+         attention (with its softmax between the two products) stays under;
+  cudnn  PyTorch SDPA's CUDNN_ATTENTION backend in bf16 on the same shape
+         (torch has no float8 attention).
+
+Shapes: head dim 128, 16 heads, (batch, seqlen) = (16,1k) (4,4k) (2,8k)
+(1,16k), causal and not; q, k, v standard normal in e4m3 (no descales),
+bf16 output. Each contender first runs on its own for --settle-ms, then
+--reps timings of --burst back-to-back calls each; the median is reported.
+The e4m3 call includes its V transpose. FLOPs: 4*B*H*S*S*D (halved for
+causal).
+
+    python3 bench/gpu_fp8.py [--lib build/libflashattn.so]
+"""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_vs_torch import Library, flops_fwd, settle, time_ms  # noqa: E402
+
+
+def median_ms(fn, reps, burst, settle_ms):
+    settle(fn, settle_ms)
+    return statistics.median(time_ms(fn, burst) for _ in range(reps))
+
+
+def gemm_tflops(reps, burst, settle_ms):
+    n = 8192
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+    one = torch.ones((), device="cuda")
+    fn = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return 2.0 * n * n * n / median_ms(fn, reps, burst, settle_ms) / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build/libflashattn.so")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--burst", type=int, default=10)
+    ap.add_argument("--settle-ms", type=float, default=300.0)
+    args = ap.parse_args()
+    lib = Library(args.lib, "cuda")
+    lib.use_current_stream()
+    print("# %s, torch %s" % (torch.cuda.get_device_name(), torch.__version__))
+    gemm = gemm_tflops(args.reps, args.burst, args.settle_ms)
+    print("# e4m3 GEMM ceiling (torch._scaled_mm, 8192^3): %.0f TFLOP/s" % gemm)
+    print("%-6s %-6s %-6s | %-10s %-10s %-10s | %-8s %-8s" %
+          ("causal", "batch", "seqlen", "e4m3 ours", "bf16 cuDNN", "GEMM", "vs cuDNN", "of GEMM"))
+    D, H = 128, 16
+    for causal in (False, True):
+        for B, S in ((16, 1024), (4, 4096), (2, 8192), (1, 16384)):
+            gen = torch.Generator(device="cuda").manual_seed(B * 131 + S)
+            mk = lambda: torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+            q, k, v = mk(), mk(), mk()
+            q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+            out = torch.empty(B, S, H, D, device="cuda", dtype=torch.bfloat16)
+            lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+            ours = lib.fwd(q8, k8, v8, causal, out, lse)
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+            def cudnn():
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            fl = flops_fwd(B, H, S, D, causal)
+            t_ours = fl / median_ms(ours, args.reps, args.burst, args.settle_ms) / 1e9
+            t_cudnn = fl / median_ms(cudnn, args.reps, args.burst, args.settle_ms) / 1e9
+            print("%-6d %-6d %-6d | %-10.1f %-10.1f %-10.0f | %-8.3f %-8.3f" %
+                  (causal, B, S, t_ours, t_cudnn, gemm, t_ours / t_cudnn, t_ours / gemm))
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
