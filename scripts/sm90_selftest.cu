@@ -6,7 +6,7 @@
  *        -Isrc/cuda/sm90 scripts/sm90_selftest.cu -o sm90_selftest
  *   ./sm90_selftest check        # awkward shapes vs a float64 reference
  *   ./sm90_selftest varlen       # only the varlen (packed sequences) cases
- *   ./sm90_selftest fp8          # e4m3 inputs (fp8_small: three cases, for compute-sanitizer)
+ *   ./sm90_selftest fp8          # e4m3 inputs (fp8_small: four cases, for compute-sanitizer)
  *   ./sm90_selftest bench_fp8 [D] # e4m3 TFLOP/s, head dim D (128), hidden 2048
  *   ./sm90_selftest bench [D [causal [varlen [seqlen]]]]  # TFLOP/s on the standard grid (hidden 2048)
  *
@@ -629,6 +629,7 @@ static int check_fp8(bool small) {
     cases.push_back({1, 130, 300, 2, 1, 128, 1, 0, -1, -1, 0.f, true, 1.f, 0});
     cases.push_back({1, 70, 200, 2, 2, 128, 0, 0, -1, -1, 0.f, true, 1.f, 16});
     cases.push_back({1, 100, 300, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0}); /* the head-dim-64 kernel */
+    cases.push_back({2, 8, 6200, 71, 1, 128, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tail (sm90_split_plan) */
     if (!small) {
         /* every head dim the e4m3 kernel takes runs as 128 with zero-filled columns */
         for (int D : {16, 80, 112})
@@ -651,7 +652,7 @@ static int check_fp8(bool small) {
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, true, 4.f, 0});
             cases.push_back({2, 8, 3100, 99, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* a partial last wave */
             /* a partial last wave that the 224-key kernel splits (sm90_split_plan) */
-            cases.push_back({2, 8, 6200, 71, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0});
+            if (D != 128) cases.push_back({2, 8, 6200, 71, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         }
     }
     int fails = 0;

@@ -275,7 +275,6 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
                                                             int pairs, uint8_t *vt) {
     __shared__ __align__(16) uint8_t vt_tile[128][128 + 16]; /* + 16: a warp's rows start 4 banks apart */
     const int lane = threadIdx.x % 32, part = threadIdx.x / 32; /* part: keys 16 part .. 16 part + 15 */
-    const int chunk_half = part % 2; /* slots 16 chunk_half .. + 15 of its 32-key chunk */
     const int key0 = blockIdx.x * 128, tile_keys = min(128, keys - key0);
     for (int bh = blockIdx.y; bh < pairs; bh += gridDim.y) { /* bh = b * hk + h */
         if (4 * lane < d && 16 * part < tile_keys) {
@@ -292,11 +291,12 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
                 uint32_t out[4];                       /* slots 4q .. 4q + 3 of the 16 */
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
-                    const int s0 = 16 * chunk_half + 4 * q, k0 = 16 * chunk_half; /* slots s0..; keys from k0 */
-                    const uint32_t lo = __byte_perm(w[sm90_fp8_key_of_slot(s0) - k0],
-                                                    w[sm90_fp8_key_of_slot(s0 + 1) - k0], sel);
-                    const uint32_t hi = __byte_perm(w[sm90_fp8_key_of_slot(s0 + 2) - k0],
-                                                    w[sm90_fp8_key_of_slot(s0 + 3) - k0], sel);
+                    /* each 16-key half of a chunk is permuted within itself: slot a < 16
+                     * of a half holds key sm90_fp8_key_of_slot(a) of that half */
+                    const uint32_t lo =
+                        __byte_perm(w[sm90_fp8_key_of_slot(4 * q)], w[sm90_fp8_key_of_slot(4 * q + 1)], sel);
+                    const uint32_t hi =
+                        __byte_perm(w[sm90_fp8_key_of_slot(4 * q + 2)], w[sm90_fp8_key_of_slot(4 * q + 3)], sel);
                     out[q] = __byte_perm(lo, hi, 0x5410);
                 }
                 *reinterpret_cast<uint4 *>(&vt_tile[4 * lane + r][16 * part]) =
