@@ -276,6 +276,7 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
     __shared__ __align__(16) uint8_t vt_tile[128][128 + 16]; /* + 16: a warp's rows start 4 banks apart */
     const int lane = threadIdx.x % 32, part = threadIdx.x / 32; /* part: keys 16 part .. 16 part + 15 */
     const int key0 = blockIdx.x * 128, tile_keys = min(128, keys - key0);
+    grid_launch_dependents(); /* the attention kernel may start; it waits before reading V^T */
     for (int bh = blockIdx.y; bh < pairs; bh += gridDim.y) { /* bh = b * hk + h */
         if (4 * lane < d && 16 * part < tile_keys) {
             const uint8_t *src = v + (int64_t)(bh / hk) * v_sb + (int64_t)(bh % hk) * v_sh + 4 * lane;
@@ -323,8 +324,21 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     int grid = sm90_num_sms(x->device_index);
     const int units = k.paired ? k.num_tiles / 2 : k.num_tiles; /* pairs are handed out whole */
     if (grid > units) grid = units;
-    sm90_fwd_kernel<Cfg><<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, (cudaStream_t)x->stream>>>(k);
-    e = cudaGetLastError();
+    cudaLaunchConfig_t launch = {};
+    launch.gridDim = dim3((unsigned)grid);
+    launch.blockDim = dim3(Cfg::THREADS);
+    launch.dynamicSmemBytes = Cfg::SMEM_BYTES;
+    launch.stream = (cudaStream_t)x->stream;
+    /* e4m3: the kernel may start while the V transpose ahead of it finishes
+     * (its CTAs take the SMs the transpose leaves, and load Q and K); its V
+     * loader waits for the transpose (grid_dependency_wait) */
+    cudaLaunchAttribute early_start;
+    early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early_start.val.programmaticStreamSerializationAllowed = 1;
+    launch.attrs = &early_start;
+    launch.numAttrs = Cfg::FP8 ? 1 : 0;
+    e = cudaLaunchKernelEx(&launch, sm90_fwd_kernel<Cfg>, k);
+    if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));
     return FA_OK;
 }

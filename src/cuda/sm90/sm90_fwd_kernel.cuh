@@ -381,6 +381,10 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         tma_prefetch_map(&p.tm_o);
     } else {
         tma_prefetch_map(&p.tm_v);
+        /* e4m3: V^T is written by the transpose launched just before this
+         * kernel, which lets this one start early (sm90_launch); only V's
+         * loads need it done */
+        if constexpr (Cfg::FP8) grid_dependency_wait();
     }
     uint32_t it = 0, tile_iter = 0;
     for (int t = sm90_first_tile(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {

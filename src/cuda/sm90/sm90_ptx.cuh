@@ -110,6 +110,15 @@ __device__ __forceinline__ void tma_store_wait_read() {
 /* Wait until every committed store is complete in global memory. */
 __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
+/* Programmatic dependent launch: a grid launched with
+ * cudaLaunchAttributeProgrammaticStreamSerialization may start before the
+ * grid ahead of it in the stream has finished. That grid lets it start
+ * (grid_launch_dependents, once per CTA); it waits for that grid's
+ * completion and writes only where it reads them (grid_dependency_wait,
+ * which returns at once for a grid launched without the attribute). */
+__device__ __forceinline__ void grid_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 /* Orders this thread's ordinary shared-memory writes before later async-proxy
  * reads (TMA store, wgmma). */
 __device__ __forceinline__ void fence_proxy_async_smem() {
