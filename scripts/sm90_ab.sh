@@ -1,0 +1,29 @@
+#!/bin/bash
+# Builds sm90_ab: the Hopper forward of revision REV against the working
+# tree's, in one binary (scripts/sm90_ab.cu says why and how to run it).
+# REV's forward is compiled from its own sources in a translation unit of
+# its own, its external names prefixed with base_ by macros, so that each
+# build keeps its own SASS. Needs nvcc and git; no GPU to build.
+#
+#   scripts/sm90_ab.sh REV [OUTPUT]        # OUTPUT: ./sm90_ab
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+REV=${1:?usage: scripts/sm90_ab.sh REV [OUTPUT]}
+OUT=$(realpath -m "${2:-sm90_ab}")
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+# REV's sources (the CUDA backend and the headers it includes), in their own tree
+git -C "$ROOT" archive "$REV" src/cuda src/api include | tar -x -C "$WORK"
+cat > "$WORK/base.cu" <<'TU'
+#define fa_sm90_fwd base_fa_sm90_fwd
+#define fa_sm90_fwd_supports base_fa_sm90_fwd_supports
+#define fa_sm90_fwd_workspace base_fa_sm90_fwd_workspace
+#define sm90_fp8_transpose_v base_sm90_fp8_transpose_v
+#define sm90_fwd_kernel base_sm90_fwd_kernel
+#include "src/cuda/sm90/sm90_fwd.cu"
+TU
+FLAGS=(-std=c++17 -O3 -lineinfo -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a) # the library's (CMakeLists.txt)
+nvcc "${FLAGS[@]}" -I"$WORK/include" -I"$WORK/src/api" -c "$WORK/base.cu" -o "$WORK/base.o"
+nvcc "${FLAGS[@]}" -I"$ROOT/include" -I"$ROOT/src/api" "$ROOT/scripts/sm90_ab.cu" "$ROOT/src/cuda/sm90/sm90_fwd.cu" \
+    "$WORK/base.o" -o "$OUT"
+echo "built $OUT: $REV against the working tree"
