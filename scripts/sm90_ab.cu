@@ -28,48 +28,14 @@
 #include <vector>
 
 #include "backend.h"
+#include "sm90_harness.cuh"
 
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x);
 extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x);
 extern "C" fa_status base_fa_sm90_fwd(const fa_problem *p, const fa_exec *x);
 extern "C" size_t base_fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x);
 
-/* The library's error sink, reduced to a print for this harness. */
-fa_status fa_set_error(fa_status s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    return s;
-}
-
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));          \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-
 typedef fa_status (*fwd_fn)(const fa_problem *, const fa_exec *);
-
-/* Standard normal values (a hash of the index, Box-Muller), as e4m3 or bf16. */
-__global__ void fill_normal(void *dst, size_t n, uint32_t seed, int fp8) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)seed << 32);
-        h ^= h >> 31;
-        h *= 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 29;
-        float u1 = ((uint32_t)h >> 8) * (1.0f / 16777216.0f) + 1e-7f, u2 = (uint32_t)(h >> 40) * (1.0f / 16777216.0f);
-        float x = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-        if (fp8)
-            ((__nv_fp8_e4m3 *)dst)[i] = __nv_fp8_e4m3(x);
-        else
-            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16(x);
-    }
-}
 
 /* Milliseconds per call over a group of n back-to-back calls. */
 static double group_ms(fwd_fn f, const fa_problem *p, const fa_exec *x, int n) {
@@ -101,7 +67,7 @@ static void cell(int fp8, int B, int S, int H, int D, int causal) {
     CK(cudaMalloc(&v, n * es));
     CK(cudaMalloc(&o, n * 2));
     uint32_t seed = 1;
-    for (void *t : {q, k, v}) fill_normal<<<1024, 256>>>(t, n, seed++, fp8);
+    for (void *t : {q, k, v}) fill_normal_async(t, n, seed++, fp8);
     fa_problem p;
     memset(&p, 0, sizeof p);
     p.dtype = fp8 ? FA_F8_E4M3 : FA_BF16;

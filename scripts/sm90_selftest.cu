@@ -29,17 +29,7 @@
 #include <vector>
 
 #include "../src/cuda/sm90/sm90_fwd.cu"
-
-/* The library's error sink, reduced to a print for this harness. */
-fa_status fa_set_error(fa_status s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "fa_set_error(%d): ", (int)s);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return s;
-}
+#include "sm90_harness.cuh"
 
 /* FA_SELFTEST_WHOLE=1: no workspace for the split tail, so every case runs
  * whole tiles (the same cases, to compare against). */
@@ -55,15 +45,6 @@ static bool split_planned(const fa_problem *p, const fa_exec *x) {
     const Sm90SplitPlan s = sm90_split_plan(p, k, sm90_num_sms(x->device_index));
     return s.tail_tiles > 0 && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, s);
 }
-
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static double urand(void) { /* xorshift64*, uniform in [0,1) */
@@ -684,29 +665,6 @@ static double median_fwd_ms(const fa_problem *p, const fa_exec *x) {
     cudaEventDestroy(e1);
     std::sort(ts.begin(), ts.end());
     return ts[ts.size() / 2];
-}
-
-/* Timing inputs: standard normal values drawn on the device (a hash of the
- * element index and a seed, Box-Muller), so large problems need no host work;
- * fp8 = 1: e4m3 bytes, else bf16. */
-__global__ void fill_normal(void *dst, size_t n, uint32_t seed, int fp8) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)seed << 32);
-        h ^= h >> 31;
-        h *= 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 29;
-        float u1 = ((uint32_t)h >> 8) * (1.0f / 16777216.0f) + 1e-7f, u2 = (uint32_t)(h >> 40) * (1.0f / 16777216.0f);
-        float x = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-        if (fp8)
-            ((__nv_fp8_e4m3 *)dst)[i] = __nv_fp8_e4m3(x);
-        else
-            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16(x);
-    }
-}
-
-static void fill_normal_async(void *dst, size_t n, uint32_t seed, int fp8) {
-    fill_normal<<<1024, 256>>>(dst, n, seed, fp8);
-    CK(cudaGetLastError());
 }
 
 /* Time per launch of n back-to-back launches, in milliseconds. */
