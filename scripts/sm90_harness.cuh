@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 
@@ -57,6 +58,29 @@ __global__ void fill_normal(void *dst, size_t n, uint32_t seed, int fp8) {
 static void fill_normal_async(void *dst, size_t n, uint32_t seed, int fp8) {
     fill_normal<<<1024, 256>>>(dst, n, seed, fp8);
     CK(cudaGetLastError());
+}
+
+/* A timing cell's problem: q, k, v and out dense (B, S, H, D), as many kv
+ * heads as query heads, the default scale, causal (bottom-right) or not. */
+static fa_problem grid_problem(fa_dtype dtype, void *q, void *k, void *v, void *out, int B, int S, int H, int D,
+                               int causal) {
+    fa_problem p;
+    memset(&p, 0, sizeof p);
+    p.dtype = dtype;
+    p.B = B;
+    p.Sq = p.Sk = S;
+    p.Hq = p.Hk = H;
+    p.D = p.Dv = D;
+    const int64_t ss = (int64_t)H * D, sb = (int64_t)S * ss;
+    p.q = {q, sb, ss, D};
+    p.k = {k, sb, ss, D};
+    p.v = {v, sb, ss, D};
+    p.out = {out, sb, ss, D};
+    p.scale = 1.0f / sqrtf((float)D);
+    p.window_left = FA_UNBOUNDED;
+    p.window_right = causal ? 0 : FA_UNBOUNDED;
+    p.has_mask = causal;
+    return p;
 }
 
 #endif /* FA_SM90_HARNESS_CUH */

@@ -740,22 +740,7 @@ static int bench_fp8(int argc, char **argv) {
             CK(cudaMalloc(&o, n * 2));
             uint32_t seed = 1;
             for (uint8_t *dst : {q, k, v}) fill_normal_async(dst, n, seed++, 1); /* independent, as in bench() */
-            fa_problem p;
-            memset(&p, 0, sizeof p);
-            p.dtype = FA_F8_E4M3;
-            p.B = B;
-            p.Sq = p.Sk = S;
-            p.Hq = p.Hk = H;
-            p.D = p.Dv = D;
-            int64_t ss = (int64_t)H * D, sb = (int64_t)S * ss;
-            p.q = {q, sb, ss, D};
-            p.k = {k, sb, ss, D};
-            p.v = {v, sb, ss, D};
-            p.out = {o, sb, ss, D};
-            p.scale = 1.0f / sqrtf((float)D);
-            p.window_left = FA_UNBOUNDED;
-            p.window_right = causal ? 0 : FA_UNBOUNDED;
-            p.has_mask = causal;
+            fa_problem p = grid_problem(FA_F8_E4M3, q, k, v, o, B, S, H, D, causal);
             fa_exec x;
             memset(&x, 0, sizeof x);
             const size_t ws_bytes = fa_sm90_fwd_workspace(&p, &x);
@@ -802,18 +787,7 @@ static int bench(int argc, char **argv) {
                 /* independent random q, k, v, drawn on the device */
                 uint32_t seed = 1;
                 for (uint16_t *dst : {q, k, v}) fill_normal_async(dst, n, seed++, 0);
-                fa_problem p;
-                memset(&p, 0, sizeof p);
-                p.dtype = FA_BF16;
-                p.B = B;
-                p.Sq = p.Sk = S;
-                p.Hq = p.Hk = H;
-                p.D = p.Dv = D;
-                int64_t ss = (int64_t)H * D, sb = (int64_t)S * ss;
-                p.q = {q, sb, ss, D};
-                p.k = {k, sb, ss, D};
-                p.v = {v, sb, ss, D};
-                p.out = {o, sb, ss, D};
+                fa_problem p = grid_problem(FA_BF16, q, k, v, o, B, S, H, D, causal);
                 p.lse = lse;
                 p.lse_sb = (int64_t)H * S;
                 p.lse_sh = S;
@@ -830,10 +804,6 @@ static int bench(int argc, char **argv) {
                     p.lse_sb = 0;
                     p.lse_sh = (int64_t)B * S;
                 }
-                p.scale = 1.0f / sqrtf((float)D);
-                p.window_left = FA_UNBOUNDED;
-                p.window_right = causal ? 0 : FA_UNBOUNDED;
-                p.has_mask = causal;
                 fa_exec x;
                 memset(&x, 0, sizeof x);
                 /* without a workspace the last wave runs whole tiles; with
