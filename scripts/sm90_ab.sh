@@ -6,6 +6,9 @@
 # build keeps its own SASS. Needs nvcc and git; no GPU to build.
 #
 #   scripts/sm90_ab.sh REV [OUTPUT]        # OUTPUT: ./sm90_ab
+#
+# SM90_AB_FLAGS adds nvcc flags to the working tree's build only (a -D that
+# selects a variant, say), so one tree gives several binaries.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REV=${1:?usage: scripts/sm90_ab.sh REV [OUTPUT]}
@@ -22,8 +25,11 @@ cat > "$WORK/base.cu" <<'TU'
 #define sm90_fwd_kernel base_sm90_fwd_kernel
 #include "src/cuda/sm90/sm90_fwd.cu"
 TU
-FLAGS=(-std=c++17 -O3 -lineinfo -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a) # the library's (CMakeLists.txt)
+# the library's flags (CMakeLists.txt); the comma belongs to the -gencode value
+# shellcheck disable=SC2054
+FLAGS=(-std=c++17 -O3 -lineinfo -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a)
 nvcc "${FLAGS[@]}" -I"$WORK/include" -I"$WORK/src/api" -c "$WORK/base.cu" -o "$WORK/base.o"
-nvcc "${FLAGS[@]}" -I"$ROOT/include" -I"$ROOT/src/api" "$ROOT/scripts/sm90_ab.cu" "$ROOT/src/cuda/sm90/sm90_fwd.cu" \
+# shellcheck disable=SC2086 # SM90_AB_FLAGS is a list of flags
+nvcc "${FLAGS[@]}" ${SM90_AB_FLAGS:-} -I"$ROOT/include" -I"$ROOT/src/api" "$ROOT/scripts/sm90_ab.cu" "$ROOT/src/cuda/sm90/sm90_fwd.cu" \
     "$WORK/base.o" -o "$OUT"
 echo "built $OUT: $REV against the working tree"

@@ -186,6 +186,25 @@ struct Sm90FwdConfig {
      * the two-consumer head-dim-64 kernel (masked problems up to 2k
      * queries), level or worse for the others (docs/perf/sm90.md, item 53). */
     static constexpr bool EXP_TURN = !FP8 && D == 64 && CONSUMERS == 2;
+    /* One exponential in POLY_EVERY on the FMA pipe (poly_exp2) instead of
+     * the exp unit, which paces e4m3 and head dim 64 (items 52, 63). 0 =
+     * none; a compile-time choice per kernel family until measured. */
+#ifndef SM90_POLY_EVERY_FP8
+#define SM90_POLY_EVERY_FP8 0
+#endif
+#ifndef SM90_POLY_EVERY_D64
+#define SM90_POLY_EVERY_D64 0
+#endif
+#ifndef SM90_POLY_EVERY_D128
+#define SM90_POLY_EVERY_D128 0
+#endif
+    static constexpr int POLY_EVERY = FP8 ? (D == 128 ? SM90_POLY_EVERY_FP8 : 0)
+                                    : D == 64 ? SM90_POLY_EVERY_D64 : D == 128 ? SM90_POLY_EVERY_D128 : 0;
+    /* quadratic where P is rounded to e4m3, cubic for 16-bit P */
+#ifndef SM90_POLY_DEGREE_16
+#define SM90_POLY_DEGREE_16 3
+#endif
+    static constexpr int POLY_DEGREE = FP8 ? 2 : SM90_POLY_DEGREE_16;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
     /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
@@ -593,6 +612,12 @@ __device__ __forceinline__ void sm90_softmax_max(const float *thread_max, float 
     }
 }
 
+/* Whether a thread's score i of a block takes poly_exp2 (one in POLY_EVERY). */
+template <class Cfg>
+__device__ __forceinline__ constexpr bool sm90_poly_slot(int i) {
+    return Cfg::POLY_EVERY != 0 && (i + 1) % (Cfg::POLY_EVERY != 0 ? Cfg::POLY_EVERY : 1) == 0;
+}
+
 /* Step two: exp2 into S, and the row sums rescaled and grown by the block's
  * (per-thread partial sums, two chains per row; the quad is reduced once in
  * the epilogue). */
@@ -603,7 +628,8 @@ __device__ __forceinline__ void sm90_softmax_exp(float *S, const float *sub, con
 #pragma unroll
     for (int i = 0; i < Cfg::BN / 2; ++i) {
         int h = (i / 2) % 2;
-        S[i] = fast_exp2(fmaf(S[i], scale_log2, -sub[h]));
+        const float x = fmaf(S[i], scale_log2, -sub[h]);
+        S[i] = sm90_poly_slot<Cfg>(i) ? poly_exp2<Cfg::POLY_DEGREE>(x) : fast_exp2(x);
         sum[h][(i / 4) % 2] += S[i];
     }
     row_sum[0] = row_sum[0] * rescale[0] + (sum[0][0] + sum[0][1]);
