@@ -331,12 +331,14 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     launch.stream = (cudaStream_t)x->stream;
     /* e4m3: the kernel may start while the V transpose ahead of it finishes
      * (its CTAs take the SMs the transpose leaves, and load Q and K); its V
-     * loader waits for the transpose (grid_dependency_wait) */
+     * loader waits for the transpose (grid_dependency_wait). EARLY_START_16:
+     * the same behind any kernel, every thread waiting before it touches
+     * global memory. */
     cudaLaunchAttribute early_start;
     early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     early_start.val.programmaticStreamSerializationAllowed = 1;
     launch.attrs = &early_start;
-    launch.numAttrs = Cfg::FP8 ? 1 : 0;
+    launch.numAttrs = Cfg::FP8 || Cfg::EARLY_START_16 ? 1 : 0;
     e = cudaLaunchKernelEx(&launch, sm90_fwd_kernel<Cfg>, k);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));

@@ -200,6 +200,15 @@ struct Sm90FwdConfig {
 #endif
     static constexpr int POLY_EVERY = FP8 ? (D == 128 ? SM90_POLY_EVERY_FP8 : 0)
                                     : D == 64 ? SM90_POLY_EVERY_D64 : D == 128 ? SM90_POLY_EVERY_D128 : 0;
+    /* 16-bit kernels launched early (programmatic dependent launch) behind
+     * whatever kernel is ahead of them in the stream: the launch and the
+     * set-up overlap that kernel's tail; every thread waits for it to finish
+     * before touching global memory. A compile-time choice until measured
+     * (e4m3 starts early behind its own V transpose, item 61). */
+#ifndef SM90_EARLY_START_16
+#define SM90_EARLY_START_16 0
+#endif
+    static constexpr bool EARLY_START_16 = !FP8 && SM90_EARLY_START_16;
     /* quadratic where P is rounded to e4m3, cubic for 16-bit P */
 #ifndef SM90_POLY_DEGREE_16
 #define SM90_POLY_DEGREE_16 3
@@ -1225,6 +1234,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         mbar_fence_init();
     }
     __syncthreads();
+    if constexpr (Cfg::EARLY_START_16) {
+        grid_launch_dependents(); /* the next kernel may launch as this one's CTAs leave */
+        grid_dependency_wait();   /* the kernel ahead has finished and its writes are visible */
+    }
     /* broadcast from lane 0: the compiler then knows the warpgroup index (and
      * the shared-memory addresses made from it) to be warp-uniform, and keeps
      * the consumers' Q descriptors in uniform registers */
