@@ -209,11 +209,15 @@ struct Sm90FwdConfig {
 #define SM90_EARLY_START_16 0
 #endif
     static constexpr bool EARLY_START_16 = !FP8 && SM90_EARLY_START_16;
-    /* quadratic where P is rounded to e4m3, cubic for 16-bit P */
+    /* Quadratic where P is rounded to e4m3 (its 2.0e-3 still reaches the
+     * row sums, so lse, at 1/POLY_EVERY of it), cubic for 16-bit P. */
+#ifndef SM90_POLY_DEGREE_FP8
+#define SM90_POLY_DEGREE_FP8 2
+#endif
 #ifndef SM90_POLY_DEGREE_16
 #define SM90_POLY_DEGREE_16 3
 #endif
-    static constexpr int POLY_DEGREE = FP8 ? 2 : SM90_POLY_DEGREE_16;
+    static constexpr int POLY_DEGREE = FP8 ? SM90_POLY_DEGREE_FP8 : SM90_POLY_DEGREE_16;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
     /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
