@@ -105,6 +105,27 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
     return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
 }
 
+/* Compile-time variants not yet measured (docs/perf/sm90.md, items 63 and
+ * 64), all off by default; scripts/sm90_variants.sh builds them with -D. */
+#ifndef SM90_POLY_EVERY_FP8
+#define SM90_POLY_EVERY_FP8 0
+#endif
+#ifndef SM90_POLY_EVERY_D64
+#define SM90_POLY_EVERY_D64 0
+#endif
+#ifndef SM90_POLY_EVERY_D128
+#define SM90_POLY_EVERY_D128 0
+#endif
+#ifndef SM90_EARLY_START_16
+#define SM90_EARLY_START_16 0
+#endif
+#ifndef SM90_POLY_DEGREE_FP8
+#define SM90_POLY_DEGREE_FP8 2
+#endif
+#ifndef SM90_POLY_DEGREE_16
+#define SM90_POLY_DEGREE_16 3
+#endif
+
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
 template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false,
           bool SPLIT_TAIL_ = false>
@@ -189,15 +210,6 @@ struct Sm90FwdConfig {
     /* One exponential in POLY_EVERY on the FMA pipe (poly_exp2) instead of
      * the exp unit, which paces e4m3 and head dim 64 (items 52, 63). 0 =
      * none; a compile-time choice per kernel family until measured. */
-#ifndef SM90_POLY_EVERY_FP8
-#define SM90_POLY_EVERY_FP8 0
-#endif
-#ifndef SM90_POLY_EVERY_D64
-#define SM90_POLY_EVERY_D64 0
-#endif
-#ifndef SM90_POLY_EVERY_D128
-#define SM90_POLY_EVERY_D128 0
-#endif
     static constexpr int POLY_EVERY = FP8 ? (D == 128 ? SM90_POLY_EVERY_FP8 : 0)
                                     : D == 64 ? SM90_POLY_EVERY_D64 : D == 128 ? SM90_POLY_EVERY_D128 : 0;
     /* 16-bit kernels launched early (programmatic dependent launch) behind
@@ -205,18 +217,9 @@ struct Sm90FwdConfig {
      * set-up overlap that kernel's tail; every thread waits for it to finish
      * before touching global memory. A compile-time choice until measured
      * (e4m3 starts early behind its own V transpose, item 61). */
-#ifndef SM90_EARLY_START_16
-#define SM90_EARLY_START_16 0
-#endif
     static constexpr bool EARLY_START_16 = !FP8 && SM90_EARLY_START_16;
     /* Quadratic where P is rounded to e4m3 (its 2.0e-3 still reaches the
      * row sums, so lse, at 1/POLY_EVERY of it), cubic for 16-bit P. */
-#ifndef SM90_POLY_DEGREE_FP8
-#define SM90_POLY_DEGREE_FP8 2
-#endif
-#ifndef SM90_POLY_DEGREE_16
-#define SM90_POLY_DEGREE_16 3
-#endif
     static constexpr int POLY_DEGREE = FP8 ? SM90_POLY_DEGREE_FP8 : SM90_POLY_DEGREE_16;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
