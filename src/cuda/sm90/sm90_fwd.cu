@@ -23,9 +23,21 @@
  * per-block softmax work amortises over more keys), except for short masked
  * problems, where a causal tile's last block would be mostly hidden
  * (docs/perf/sm90.md, item 36). */
-enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_N224, SM90_F8_N128, SM90_F8_D64 };
+enum sm90_variant {
+    SM90_D64_M192,
+    SM90_D64_M128,
+    SM90_D64_M64, /* SM90_D64_TWO_CTAS only */
+    SM90_D128,
+    SM90_D256,
+    SM90_F8_N224,
+    SM90_F8_N128,
+    SM90_F8_D64
+};
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
+/* one consumer, two CTAs per SM (two stages: 88 KB each); a variant not yet
+ * measured, built with -DSM90_D64_TWO_CTAS=1 (docs/perf/sm90.md, item 65) */
+template <bool BF16> using Sm90CfgD64M64 = Sm90FwdConfig<64, 128, 2, BF16, 1>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
 template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
 template <bool BF16, bool SPLIT> /* O staged in the last K/V stage */
@@ -44,7 +56,8 @@ static sm90_variant sm90_pick(const fa_problem *p) {
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_N224;
     }
     switch (sm90_padded_head_dim(p->D)) {
-    case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41 */
+    case 64: /* docs/perf/sm90.md, items 30, 41 */
+        return !(p->has_mask && p->Sq <= 2048) ? SM90_D64_M192 : SM90_D64_TWO_CTAS ? SM90_D64_M64 : SM90_D64_M128;
     case 128: return SM90_D128;
     default: return SM90_D256;
     }
@@ -68,6 +81,7 @@ static Sm90Shape sm90_shape(sm90_variant v) {
     switch (v) {
     case SM90_D64_M192: return sm90_shape_of<Sm90CfgD64M192<true>>();
     case SM90_D64_M128: return sm90_shape_of<Sm90CfgD64M128<true>>();
+    case SM90_D64_M64: return sm90_shape_of<Sm90CfgD64M64<true>>();
     case SM90_D128: return sm90_shape_of<Sm90CfgD128<true, false>>();
     case SM90_D256: return sm90_shape_of<Sm90CfgD256<true, false>>();
     case SM90_F8_N224: return sm90_shape_of<Sm90CfgF8N224<false>>();
@@ -322,6 +336,23 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
     int grid = sm90_num_sms(x->device_index);
+    if constexpr (Cfg::CTAS_PER_SM > 1) {
+        /* as many CTAs per SM as actually fit (the carve-out set to all
+         * shared memory first), asked once per device */
+        static int fit[64];
+        const int dev = x->device_index >= 0 && x->device_index < 64 ? x->device_index : 0;
+        if (!fit[dev]) {
+            int n = 0;
+            e = cudaFuncSetAttribute(sm90_fwd_kernel<Cfg>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared);
+            if (e == cudaSuccess)
+                e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sm90_fwd_kernel<Cfg>, Cfg::THREADS,
+                                                                  Cfg::SMEM_BYTES);
+            if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
+            fit[dev] = n < 1 ? 1 : n < Cfg::CTAS_PER_SM ? n : Cfg::CTAS_PER_SM;
+        }
+        grid *= fit[dev];
+    }
     const int units = k.paired ? k.num_tiles / 2 : k.num_tiles; /* pairs are handed out whole */
     if (grid > units) grid = units;
     cudaLaunchConfig_t launch = {};
@@ -357,6 +388,11 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     switch (sm90_pick(p)) {
     case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(k, x);
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(k, x);
+#if SM90_D64_TWO_CTAS
+    case SM90_D64_M64: return sm90_launch<Sm90CfgD64M64<BF16>>(k, x);
+#else
+    case SM90_D64_M64: break; /* not built */
+#endif
     case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(k, x);
     case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(k, x);
     case SM90_F8_N224:

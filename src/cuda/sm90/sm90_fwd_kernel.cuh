@@ -119,6 +119,9 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
 #ifndef SM90_EARLY_START_16
 #define SM90_EARLY_START_16 0
 #endif
+#ifndef SM90_D64_TWO_CTAS
+#define SM90_D64_TWO_CTAS 0
+#endif
 #ifndef SM90_POLY_DEGREE_FP8
 #define SM90_POLY_DEGREE_FP8 2
 #endif
@@ -132,6 +135,9 @@ template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8
 struct Sm90FwdConfig {
     static constexpr int D = D_;           /* head dim (= Dv) */
     static constexpr int CONSUMERS = CONSUMERS_; /* consumer warpgroups, 64 query rows each */
+    /* One consumer: two CTAs share an SM, so that one's tile boundary runs
+     * beside the other's blocks (docs/perf/sm90.md, item 65). */
+    static constexpr int CTAS_PER_SM = CONSUMERS == 1 ? 2 : 1;
     static constexpr int BM = 64 * CONSUMERS;    /* query rows per tile */
     static constexpr int BN = BN_;         /* keys per kv block */
     static constexpr int STAGES = STAGES_; /* K/V ring depth */
@@ -199,7 +205,7 @@ struct Sm90FwdConfig {
      * (docs/perf/sm90.md, items 30, 37 and 39). Not with three consumers (160
      * registers); not for e4m3, where a second P fits only with shorter
      * blocks, which lose more than the wait costs (item 40). */
-    static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS == 2)) ? 2 : 1;
+    static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS <= 2)) ? 2 : 1;
     /* The exponentials as a second turn (a ring of named barriers, like the
      * GEMMs'): a consumer takes it between its row max and its exp2s and
      * hands it on after them, so that one consumer's exponentials run while
@@ -246,18 +252,21 @@ struct Sm90FwdConfig {
     static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
+    static_assert(CTAS_PER_SM * (SMEM_BYTES + 1024) <= 228 * 1024,
+                  "the CTAs meant to share an SM do not fit in its shared memory (1 KB reserved each)");
 
     /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */
     static constexpr int P_REGS = FP8 ? BN / 8 : BN / 4;
 
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     /* Register split: setmaxnreg only moves registers inside what the CTA got
-     * at launch (65536 / THREADS per thread, rounded down to 8), so the sum
-     * must stay within it or setmaxnreg.inc waits forever. The consumers hold
-     * O, S and P; the 4-slab producer of D = 256 needs a few more than 24. */
-    static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+     * at launch (65536 / (THREADS * CTAS_PER_SM) per thread, rounded down to
+     * 8), so the sum must stay within it or setmaxnreg.inc waits forever. The
+     * consumers hold O, S and P; the 4-slab producer of D = 256 needs a few
+     * more than 24. */
+    static constexpr int LAUNCH_REGS = 65536 / (THREADS * CTAS_PER_SM) / 8 * 8;
     static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : D == 256 ? 40 : 24;
-    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 ? 232 : 240;
+    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 || CONSUMERS == 1 ? 232 : 240;
     static_assert(PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= (1 + CONSUMERS) * LAUNCH_REGS,
                   "register split exceeds the launch allocation");
 };
@@ -1002,12 +1011,20 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
      * hand the turn to the next warpgroup. */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
+    /* A lone consumer (two CTAs per SM) takes no turns. */
+    auto take_turn = [&] {
+        if constexpr (Cfg::CONSUMERS > 1) named_bar_sync(my_turn, TURN_THREADS);
+    };
+    auto pass_turn = [&] {
+        if constexpr (Cfg::CONSUMERS > 1) named_bar_arrive(next_turn, TURN_THREADS);
+    };
     const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
 
     Sm90Tile tile, next_tile;
     int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile(p), wg, tid, &tile);
     if (t < p.num_tiles) {
-        if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
+        if (Cfg::CONSUMERS > 1 && wg == Cfg::CONSUMERS - 1)
+            named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
         if (Cfg::EXP_TURN && wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_EXP0, TURN_THREADS); /* and exps first */
 
         float O[Cfg::D / 2];
@@ -1028,9 +1045,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         auto issue_first_s = [&](uint32_t qb, uint32_t q_parity) {
             mbar_wait(&q_full[qb], q_parity);
             mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
-            named_bar_sync(my_turn, TURN_THREADS);
+            take_turn();
             sm90_issue_qk<Cfg>(S, q_buffer(qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
-            named_bar_arrive(next_turn, TURN_THREADS);
+            pass_turn();
         };
         issue_first_s(0, 0);
 
@@ -1089,13 +1106,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     const uint32_t st = it % Cfg::STAGES, prev = it - 1, prev_st = prev % Cfg::STAGES;
                     mbar_wait(&k_full[st], (it / Cfg::STAGES) & 1);
                     retire_pv((it - 2) % Cfg::STAGES, o_started); /* the last turn's P V: long done */
-                    named_bar_sync(my_turn, TURN_THREADS);
+                    take_turn();
                     sm90_issue_qk<Cfg>(S, q_addr, k_base + st * Cfg::KV_BYTES);
                     /* O to the max of block n + 1 while Q K^T runs */
                     if (o_started) sm90_rescale_o<Cfg>(O, rescale);
                     mbar_wait(&v_full[prev_st], (prev / Cfg::STAGES) & 1);
                     sm90_issue_pv<Cfg>(O, P[BUF], v_base + prev_st * Cfg::KV_BYTES, o_started);
-                    named_bar_arrive(next_turn, TURN_THREADS);
+                    pass_turn();
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[st], n == tile.n_lo, wg, tid);
@@ -1124,14 +1141,14 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     parity = (it / Cfg::STAGES) & 1;
                     mbar_wait(&k_full[stage], parity);
                     if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
-                    named_bar_sync(my_turn, TURN_THREADS);
+                    take_turn();
                     sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
                     /* O to the max of block n + 1 while Q K^T runs: off the path
                      * from the softmax to this turn */
                     if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
                     mbar_wait(&v_full[prev_stage], prev_parity);
                     sm90_issue_pv<Cfg>(O, P[0], v_base + prev_stage * Cfg::KV_BYTES, o_started);
-                    named_bar_arrive(next_turn, TURN_THREADS);
+                    pass_turn();
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
@@ -1173,12 +1190,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 mbar_wait(&q_full[next_qb], next_q_parity);
                 mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             }
-            named_bar_sync(my_turn, TURN_THREADS);
+            take_turn();
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
             sm90_issue_pv<Cfg>(O, P[0], v_base + prev_stage * Cfg::KV_BYTES, o_started);
             if constexpr (Cfg::JOIN)
                 sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
-            named_bar_arrive(next_turn, TURN_THREADS);
+            pass_turn();
             /* without JOIN: find the next tile while the last P V runs */
             if constexpr (!Cfg::JOIN)
                 t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
@@ -1221,7 +1238,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 /* ---- kernel ------------------------------------------------------------------- */
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_constant__ Sm90FwdParams p) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS_PER_SM) sm90_fwd_kernel(const __grid_constant__ Sm90FwdParams p) {
     extern __shared__ uint8_t smem_raw[];
     /* swizzle atoms are 1024 B and addressed absolutely: align the base */
     uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
