@@ -1,7 +1,7 @@
 #!/bin/bash
 # Compile-time variants of the Hopper forward, checked and timed in one GPU
 # call. For each set of nvcc flags given (one argument per variant, e.g.
-# "-DSM90_FP8_POLY_EVERY=4"), builds here (nvcc, no GPU):
+# "-DSM90_POLY_EVERY_FP8=4"), builds here (nvcc, no GPU):
 #   - sm90_selftest of the working tree with those flags (checks, timings),
 #   - sm90_ab: revision REV against the working tree with those flags
 #     (scripts/sm90_ab.sh; both in one process, so they share the clock),
@@ -11,8 +11,9 @@
 #   scripts/sm90_variants.sh REV DIR FLAGS...                  # build here
 #   scripts/sm90_variants.sh --run DIR [CHECKS [TIMINGS]]      # on the GPU
 #
-# --run unpacks DIR/variants.tar.xz into DIR/bin and, for each variant in turn, runs the
-# selftest commands in CHECKS (';'-separated, default "fp8;check"; a
+# --run unpacks DIR/variants.tar.xz into DIR/bin and, for each variant in turn,
+# runs `sm90_selftest small` (a variant that fails or hangs there is skipped),
+# then the selftest commands in CHECKS (';'-separated, default "fp8;check"; a
 # command's PASS lines are counted, anything else is printed), then the
 # sm90_ab commands in TIMINGS (default "fp8;bf16 64"). Everything goes to one
 # log, $OUT/variants.log (or DIR/variants.log without $OUT).
@@ -31,6 +32,13 @@ if [ "${1:-}" = "--run" ]; then
         nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv || true
         for v in "$WORK"/v*/; do
             echo "=== variant $(basename "$v"): $(cat "$v/flags")"
+            # a few quick cases first: a variant that fails or hangs here is not timed
+            if ! timeout 60 "$v/sm90_selftest" small >"$v/small.txt" 2>&1; then
+                echo "-- selftest small failed or hung: not timed"
+                grep -v '^PASS' "$v/small.txt" | tail -20 || true
+                continue
+            fi
+            echo "-- selftest small: $(grep -c '^PASS' "$v/small.txt") PASS"
             IFS=';' read -ra cmds <<<"$CHECKS"
             for c in "${cmds[@]}"; do
                 # shellcheck disable=SC2086 # a command is its words
