@@ -56,8 +56,12 @@ static sm90_variant sm90_pick(const fa_problem *p) {
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_N224;
     }
     switch (sm90_padded_head_dim(p->D)) {
-    case 64: /* docs/perf/sm90.md, items 30, 41 */
-        return !(p->has_mask && p->Sq <= 2048) ? SM90_D64_M192 : SM90_D64_TWO_CTAS ? SM90_D64_M64 : SM90_D64_M128;
+    case 64: { /* docs/perf/sm90.md, items 30, 41; the two-CTA variant (65): 1 masked, 2 also unmasked up to 1k */
+        const bool short_masked = p->has_mask && p->Sq <= 2048;
+        if ((SM90_D64_TWO_CTAS >= 1 && short_masked) || (SM90_D64_TWO_CTAS >= 2 && p->Sq <= 1024))
+            return SM90_D64_M64;
+        return short_masked ? SM90_D64_M128 : SM90_D64_M192;
+    }
     case 128: return SM90_D128;
     default: return SM90_D256;
     }
