@@ -9,6 +9,8 @@
 #
 # SM90_AB_FLAGS adds nvcc flags to the working tree's build only (a -D that
 # selects a variant, say), so one tree gives several binaries.
+# SM90_AB_BASE_O names an object file of REV's forward: linked as it is if it
+# exists, else built and kept there (REV's build takes half the time).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REV=${1:?usage: scripts/sm90_ab.sh REV [OUTPUT]}
@@ -28,8 +30,12 @@ TU
 # the library's flags (CMakeLists.txt); the comma belongs to the -gencode value
 # shellcheck disable=SC2054
 FLAGS=(-std=c++17 -O3 -lineinfo -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a)
-nvcc "${FLAGS[@]}" -I"$WORK/include" -I"$WORK/src/api" -c "$WORK/base.cu" -o "$WORK/base.o"
+BASE_O=${SM90_AB_BASE_O:-$WORK/base.o}
+if [ ! -f "$BASE_O" ]; then
+    nvcc "${FLAGS[@]}" -I"$WORK/include" -I"$WORK/src/api" -c "$WORK/base.cu" -o "$WORK/base.o.part"
+    mv "$WORK/base.o.part" "$BASE_O"
+fi
 # shellcheck disable=SC2086 # SM90_AB_FLAGS is a list of flags
 nvcc "${FLAGS[@]}" ${SM90_AB_FLAGS:-} -I"$ROOT/include" -I"$ROOT/src/api" "$ROOT/scripts/sm90_ab.cu" "$ROOT/src/cuda/sm90/sm90_fwd.cu" \
-    "$WORK/base.o" -o "$OUT"
+    "$BASE_O" -o "$OUT"
 echo "built $OUT: $REV against the working tree"

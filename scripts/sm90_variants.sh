@@ -65,6 +65,7 @@ shift 2
 mkdir -p "$DIR"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+export SM90_AB_BASE_O=$WORK/base.o # REV's forward, built by the first variant and linked by the others
 i=0
 for flags in "$@"; do
     v=$WORK/v$i
@@ -79,8 +80,8 @@ for flags in "$@"; do
         echo "built variant v$i: $flags"
     ) &
     i=$((i + 1))
-    # two builds at a time
-    if [ $((i % 2)) -eq 0 ]; then wait; fi
+    # the first alone (it builds REV's forward), then two at a time
+    if [ $i -eq 1 ] || [ $((i % 2)) -eq 1 ]; then wait; fi
 done
 wait
 for ((j = 0; j < $#; ++j)); do
@@ -89,5 +90,5 @@ for ((j = 0; j < $#; ++j)); do
         exit 1
     fi
 done
-tar -cJf "$DIR/variants.tar.xz" -C "$WORK" .
+tar -cJf "$DIR/variants.tar.xz" -C "$WORK" --exclude=./base.o .
 echo "packed $# variants into $DIR/variants.tar.xz ($(du -h "$DIR/variants.tar.xz" | cut -f1))"
