@@ -1,5 +1,5 @@
 /*
- * What the Hopper harnesses (sm90_selftest.cu, sm90_ab.cu) share: the
+ * What the Hopper harnesses (sm90_selftest.cu, sm90_ab.cu, sm90_l2_rate.cu) share: the
  * library's error sink reduced to a print, a CUDA status check, and device-
  * side standard normal inputs.
  */
@@ -55,14 +55,14 @@ __global__ void fill_normal(void *dst, size_t n, uint32_t seed, int fp8) {
     }
 }
 
-static void fill_normal_async(void *dst, size_t n, uint32_t seed, int fp8) {
+static inline void fill_normal_async(void *dst, size_t n, uint32_t seed, int fp8) {
     fill_normal<<<1024, 256>>>(dst, n, seed, fp8);
     CK(cudaGetLastError());
 }
 
 /* A timing cell's problem: q, k, v and out dense (B, S, H, D), as many kv
  * heads as query heads, the default scale, causal (bottom-right) or not. */
-static fa_problem grid_problem(fa_dtype dtype, void *q, void *k, void *v, void *out, int B, int S, int H, int D,
+static inline fa_problem grid_problem(fa_dtype dtype, void *q, void *k, void *v, void *out, int B, int S, int H, int D,
                                int causal) {
     fa_problem p;
     memset(&p, 0, sizeof p);

@@ -22,16 +22,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "sm90_harness.cuh" /* CK */
 #include "sm90_ptx.cuh"
-
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            return 2;                                                                            \
-        }                                                                                        \
-    } while (0)
 
 constexpr int MAX_STAGES = 8;
 

@@ -334,6 +334,25 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
     }
 }
 
+/* How many CTAs of a kernel meant to share an SM (Cfg::CTAS_PER_SM) fit on
+ * one, with the carve-out set to all shared memory: asked once per device. */
+template <class Cfg>
+static cudaError_t sm90_ctas_per_sm(int device, int *per_sm) {
+    static int fit[64];
+    if (device < 0 || device >= 64) device = 0;
+    if (!fit[device]) {
+        int n = 0;
+        cudaError_t e = cudaFuncSetAttribute(sm90_fwd_kernel<Cfg>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sm90_fwd_kernel<Cfg>, Cfg::THREADS, Cfg::SMEM_BYTES);
+        if (e != cudaSuccess) return e;
+        fit[device] = n < 1 ? 1 : n < Cfg::CTAS_PER_SM ? n : Cfg::CTAS_PER_SM;
+    }
+    *per_sm = fit[device];
+    return cudaSuccess;
+}
+
 template <class Cfg>
 static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
@@ -341,21 +360,10 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
     int grid = sm90_num_sms(x->device_index);
     if constexpr (Cfg::CTAS_PER_SM > 1) {
-        /* as many CTAs per SM as actually fit (the carve-out set to all
-         * shared memory first), asked once per device */
-        static int fit[64];
-        const int dev = x->device_index >= 0 && x->device_index < 64 ? x->device_index : 0;
-        if (!fit[dev]) {
-            int n = 0;
-            e = cudaFuncSetAttribute(sm90_fwd_kernel<Cfg>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     cudaSharedmemCarveoutMaxShared);
-            if (e == cudaSuccess)
-                e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sm90_fwd_kernel<Cfg>, Cfg::THREADS,
-                                                                  Cfg::SMEM_BYTES);
-            if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
-            fit[dev] = n < 1 ? 1 : n < Cfg::CTAS_PER_SM ? n : Cfg::CTAS_PER_SM;
-        }
-        grid *= fit[dev];
+        int per_sm;
+        e = sm90_ctas_per_sm<Cfg>(x->device_index, &per_sm);
+        if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
+        grid *= per_sm;
     }
     const int units = k.paired ? k.num_tiles / 2 : k.num_tiles; /* pairs are handed out whole */
     if (grid > units) grid = units;

@@ -105,8 +105,8 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
     return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
 }
 
-/* Compile-time variants not yet measured (docs/perf/sm90.md, items 63 and
- * 64), all off by default; scripts/sm90_variants.sh builds them with -D. */
+/* Compile-time variants not yet measured (docs/perf/sm90.md, items 63-65),
+ * all off by default; scripts/sm90_variants.sh builds them with -D. */
 #ifndef SM90_POLY_EVERY_FP8
 #define SM90_POLY_EVERY_FP8 0
 #endif
