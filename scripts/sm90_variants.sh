@@ -1,7 +1,9 @@
 #!/bin/bash
 # Compile-time variants of the Hopper forward, checked and timed in one GPU
 # call. For each set of nvcc flags given (one argument per variant, e.g.
-# "-DSM90_POLY_EVERY_FP8=4"), builds here (nvcc, no GPU):
+# "-DKNOB=4" for a knob the kernel header reads as #ifndef KNOB / #define
+# KNOB 0, off by default; docs/perf/sm90.md items 63-65 measured three that
+# way), builds here (nvcc, no GPU):
 #   - sm90_selftest of the working tree with those flags (checks, timings),
 #   - sm90_ab: revision REV against the working tree with those flags
 #     (scripts/sm90_ab.sh; both in one process, so they share the clock),

@@ -23,21 +23,9 @@
  * per-block softmax work amortises over more keys), except for short masked
  * problems, where a causal tile's last block would be mostly hidden
  * (docs/perf/sm90.md, item 36). */
-enum sm90_variant {
-    SM90_D64_M192,
-    SM90_D64_M128,
-    SM90_D64_M64, /* SM90_D64_TWO_CTAS only */
-    SM90_D128,
-    SM90_D256,
-    SM90_F8_N224,
-    SM90_F8_N128,
-    SM90_F8_D64
-};
+enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_N224, SM90_F8_N128, SM90_F8_D64 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
-/* one consumer, two CTAs per SM (two stages: 88 KB each); a variant not yet
- * measured, built with -DSM90_D64_TWO_CTAS=1 (docs/perf/sm90.md, item 65) */
-template <bool BF16> using Sm90CfgD64M64 = Sm90FwdConfig<64, 128, 2, BF16, 1>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
 template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
 template <bool BF16, bool SPLIT> /* O staged in the last K/V stage */
@@ -56,12 +44,7 @@ static sm90_variant sm90_pick(const fa_problem *p) {
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_N224;
     }
     switch (sm90_padded_head_dim(p->D)) {
-    case 64: { /* docs/perf/sm90.md, items 30, 41; the two-CTA variant (65): 1 masked, 2 also unmasked up to 1k */
-        const bool short_masked = p->has_mask && p->Sq <= 2048;
-        if ((SM90_D64_TWO_CTAS >= 1 && short_masked) || (SM90_D64_TWO_CTAS >= 2 && p->Sq <= 1024))
-            return SM90_D64_M64;
-        return short_masked ? SM90_D64_M128 : SM90_D64_M192;
-    }
+    case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41 */
     case 128: return SM90_D128;
     default: return SM90_D256;
     }
@@ -85,7 +68,6 @@ static Sm90Shape sm90_shape(sm90_variant v) {
     switch (v) {
     case SM90_D64_M192: return sm90_shape_of<Sm90CfgD64M192<true>>();
     case SM90_D64_M128: return sm90_shape_of<Sm90CfgD64M128<true>>();
-    case SM90_D64_M64: return sm90_shape_of<Sm90CfgD64M64<true>>();
     case SM90_D128: return sm90_shape_of<Sm90CfgD128<true, false>>();
     case SM90_D256: return sm90_shape_of<Sm90CfgD256<true, false>>();
     case SM90_F8_N224: return sm90_shape_of<Sm90CfgF8N224<false>>();
@@ -334,37 +316,12 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
     }
 }
 
-/* How many CTAs of a kernel meant to share an SM (Cfg::CTAS_PER_SM) fit on
- * one, with the carve-out set to all shared memory: asked once per device. */
-template <class Cfg>
-static cudaError_t sm90_ctas_per_sm(int device, int *per_sm) {
-    static int fit[64];
-    if (device < 0 || device >= 64) device = 0;
-    if (!fit[device]) {
-        int n = 0;
-        cudaError_t e = cudaFuncSetAttribute(sm90_fwd_kernel<Cfg>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             cudaSharedmemCarveoutMaxShared);
-        if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sm90_fwd_kernel<Cfg>, Cfg::THREADS, Cfg::SMEM_BYTES);
-        if (e != cudaSuccess) return e;
-        fit[device] = n < 1 ? 1 : n < Cfg::CTAS_PER_SM ? n : Cfg::CTAS_PER_SM;
-    }
-    *per_sm = fit[device];
-    return cudaSuccess;
-}
-
 template <class Cfg>
 static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
     int grid = sm90_num_sms(x->device_index);
-    if constexpr (Cfg::CTAS_PER_SM > 1) {
-        int per_sm;
-        e = sm90_ctas_per_sm<Cfg>(x->device_index, &per_sm);
-        if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
-        grid *= per_sm;
-    }
     const int units = k.paired ? k.num_tiles / 2 : k.num_tiles; /* pairs are handed out whole */
     if (grid > units) grid = units;
     cudaLaunchConfig_t launch = {};
@@ -374,14 +331,12 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     launch.stream = (cudaStream_t)x->stream;
     /* e4m3: the kernel may start while the V transpose ahead of it finishes
      * (its CTAs take the SMs the transpose leaves, and load Q and K); its V
-     * loader waits for the transpose (grid_dependency_wait). EARLY_START_16:
-     * the same behind any kernel, every thread waiting before it touches
-     * global memory. */
+     * loader waits for the transpose (grid_dependency_wait) */
     cudaLaunchAttribute early_start;
     early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     early_start.val.programmaticStreamSerializationAllowed = 1;
     launch.attrs = &early_start;
-    launch.numAttrs = Cfg::FP8 || Cfg::EARLY_START_16 ? 1 : 0;
+    launch.numAttrs = Cfg::FP8 ? 1 : 0;
     e = cudaLaunchKernelEx(&launch, sm90_fwd_kernel<Cfg>, k);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));
@@ -400,11 +355,6 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     switch (sm90_pick(p)) {
     case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(k, x);
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(k, x);
-#if SM90_D64_TWO_CTAS
-    case SM90_D64_M64: return sm90_launch<Sm90CfgD64M64<BF16>>(k, x);
-#else
-    case SM90_D64_M64: break; /* not built */
-#endif
     case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(k, x);
     case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(k, x);
     case SM90_F8_N224:

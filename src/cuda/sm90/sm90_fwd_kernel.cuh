@@ -105,39 +105,12 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
     return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
 }
 
-/* Compile-time variants not yet measured (docs/perf/sm90.md, items 63-65),
- * all off by default; scripts/sm90_variants.sh builds them with -D. */
-#ifndef SM90_POLY_EVERY_FP8
-#define SM90_POLY_EVERY_FP8 0
-#endif
-#ifndef SM90_POLY_EVERY_D64
-#define SM90_POLY_EVERY_D64 0
-#endif
-#ifndef SM90_POLY_EVERY_D128
-#define SM90_POLY_EVERY_D128 0
-#endif
-#ifndef SM90_EARLY_START_16
-#define SM90_EARLY_START_16 0
-#endif
-#ifndef SM90_D64_TWO_CTAS
-#define SM90_D64_TWO_CTAS 0
-#endif
-#ifndef SM90_POLY_DEGREE_FP8
-#define SM90_POLY_DEGREE_FP8 2
-#endif
-#ifndef SM90_POLY_DEGREE_16
-#define SM90_POLY_DEGREE_16 3
-#endif
-
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
 template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false,
           bool SPLIT_TAIL_ = false>
 struct Sm90FwdConfig {
     static constexpr int D = D_;           /* head dim (= Dv) */
     static constexpr int CONSUMERS = CONSUMERS_; /* consumer warpgroups, 64 query rows each */
-    /* One consumer: two CTAs share an SM, so that one's tile boundary runs
-     * beside the other's blocks (docs/perf/sm90.md, item 65). */
-    static constexpr int CTAS_PER_SM = CONSUMERS == 1 ? 2 : 1;
     static constexpr int BM = 64 * CONSUMERS;    /* query rows per tile */
     static constexpr int BN = BN_;         /* keys per kv block */
     static constexpr int STAGES = STAGES_; /* K/V ring depth */
@@ -205,7 +178,7 @@ struct Sm90FwdConfig {
      * (docs/perf/sm90.md, items 30, 37 and 39). Not with three consumers (160
      * registers); not for e4m3, where a second P fits only with shorter
      * blocks, which lose more than the wait costs (item 40). */
-    static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS <= 2)) ? 2 : 1;
+    static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS == 2)) ? 2 : 1;
     /* The exponentials as a second turn (a ring of named barriers, like the
      * GEMMs'): a consumer takes it between its row max and its exp2s and
      * hands it on after them, so that one consumer's exponentials run while
@@ -213,20 +186,6 @@ struct Sm90FwdConfig {
      * the two-consumer head-dim-64 kernel (masked problems up to 2k
      * queries), level or worse for the others (docs/perf/sm90.md, item 53). */
     static constexpr bool EXP_TURN = !FP8 && D == 64 && CONSUMERS == 2;
-    /* One exponential in POLY_EVERY on the FMA pipe (poly_exp2) instead of
-     * the exp unit, which paces e4m3 and head dim 64 (items 52, 63). 0 =
-     * none; a compile-time choice per kernel family until measured. */
-    static constexpr int POLY_EVERY = FP8 ? (D == 128 ? SM90_POLY_EVERY_FP8 : 0)
-                                    : D == 64 ? SM90_POLY_EVERY_D64 : D == 128 ? SM90_POLY_EVERY_D128 : 0;
-    /* 16-bit kernels launched early (programmatic dependent launch) behind
-     * whatever kernel is ahead of them in the stream: the launch and the
-     * set-up overlap that kernel's tail; every thread waits for it to finish
-     * before touching global memory. A compile-time choice until measured
-     * (e4m3 starts early behind its own V transpose, item 61). */
-    static constexpr bool EARLY_START_16 = !FP8 && SM90_EARLY_START_16;
-    /* Quadratic where P is rounded to e4m3 (its 2.0e-3 still reaches the
-     * row sums, so lse, at 1/POLY_EVERY of it), cubic for 16-bit P. */
-    static constexpr int POLY_DEGREE = FP8 ? SM90_POLY_DEGREE_FP8 : SM90_POLY_DEGREE_16;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
     /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
@@ -252,21 +211,18 @@ struct Sm90FwdConfig {
     static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
-    static_assert(CTAS_PER_SM * (SMEM_BYTES + 1024) <= 228 * 1024,
-                  "the CTAs meant to share an SM do not fit in its shared memory (1 KB reserved each)");
 
     /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */
     static constexpr int P_REGS = FP8 ? BN / 8 : BN / 4;
 
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     /* Register split: setmaxnreg only moves registers inside what the CTA got
-     * at launch (65536 / (THREADS * CTAS_PER_SM) per thread, rounded down to
-     * 8), so the sum must stay within it or setmaxnreg.inc waits forever. The
-     * consumers hold O, S and P; the 4-slab producer of D = 256 needs a few
-     * more than 24. */
-    static constexpr int LAUNCH_REGS = 65536 / (THREADS * CTAS_PER_SM) / 8 * 8;
+     * at launch (65536 / THREADS per thread, rounded down to 8), so the sum
+     * must stay within it or setmaxnreg.inc waits forever. The consumers hold
+     * O, S and P; the 4-slab producer of D = 256 needs a few more than 24. */
+    static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
     static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : D == 256 ? 40 : 24;
-    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 || CONSUMERS == 1 ? 232 : 240;
+    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 ? 232 : 240;
     static_assert(PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= (1 + CONSUMERS) * LAUNCH_REGS,
                   "register split exceeds the launch allocation");
 };
@@ -637,12 +593,6 @@ __device__ __forceinline__ void sm90_softmax_max(const float *thread_max, float 
     }
 }
 
-/* Whether a thread's score i of a block takes poly_exp2 (one in POLY_EVERY). */
-template <class Cfg>
-__device__ __forceinline__ constexpr bool sm90_poly_slot(int i) {
-    return Cfg::POLY_EVERY != 0 && (i + 1) % (Cfg::POLY_EVERY != 0 ? Cfg::POLY_EVERY : 1) == 0;
-}
-
 /* Step two: exp2 into S, and the row sums rescaled and grown by the block's
  * (per-thread partial sums, two chains per row; the quad is reduced once in
  * the epilogue). */
@@ -653,8 +603,7 @@ __device__ __forceinline__ void sm90_softmax_exp(float *S, const float *sub, con
 #pragma unroll
     for (int i = 0; i < Cfg::BN / 2; ++i) {
         int h = (i / 2) % 2;
-        const float x = fmaf(S[i], scale_log2, -sub[h]);
-        S[i] = sm90_poly_slot<Cfg>(i) ? poly_exp2<Cfg::POLY_DEGREE>(x) : fast_exp2(x);
+        S[i] = fast_exp2(fmaf(S[i], scale_log2, -sub[h]));
         sum[h][(i / 4) % 2] += S[i];
     }
     row_sum[0] = row_sum[0] * rescale[0] + (sum[0][0] + sum[0][1]);
@@ -1011,20 +960,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
      * hand the turn to the next warpgroup. */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
-    /* A lone consumer (two CTAs per SM) takes no turns. */
-    auto take_turn = [&] {
-        if constexpr (Cfg::CONSUMERS > 1) named_bar_sync(my_turn, TURN_THREADS);
-    };
-    auto pass_turn = [&] {
-        if constexpr (Cfg::CONSUMERS > 1) named_bar_arrive(next_turn, TURN_THREADS);
-    };
     const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
 
     Sm90Tile tile, next_tile;
     int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile(p), wg, tid, &tile);
     if (t < p.num_tiles) {
-        if (Cfg::CONSUMERS > 1 && wg == Cfg::CONSUMERS - 1)
-            named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
+        if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
         if (Cfg::EXP_TURN && wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_EXP0, TURN_THREADS); /* and exps first */
 
         float O[Cfg::D / 2];
@@ -1045,9 +986,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         auto issue_first_s = [&](uint32_t qb, uint32_t q_parity) {
             mbar_wait(&q_full[qb], q_parity);
             mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
-            take_turn();
+            named_bar_sync(my_turn, TURN_THREADS);
             sm90_issue_qk<Cfg>(S, q_buffer(qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
-            pass_turn();
+            named_bar_arrive(next_turn, TURN_THREADS);
         };
         issue_first_s(0, 0);
 
@@ -1106,13 +1047,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     const uint32_t st = it % Cfg::STAGES, prev = it - 1, prev_st = prev % Cfg::STAGES;
                     mbar_wait(&k_full[st], (it / Cfg::STAGES) & 1);
                     retire_pv((it - 2) % Cfg::STAGES, o_started); /* the last turn's P V: long done */
-                    take_turn();
+                    named_bar_sync(my_turn, TURN_THREADS);
                     sm90_issue_qk<Cfg>(S, q_addr, k_base + st * Cfg::KV_BYTES);
                     /* O to the max of block n + 1 while Q K^T runs */
                     if (o_started) sm90_rescale_o<Cfg>(O, rescale);
                     mbar_wait(&v_full[prev_st], (prev / Cfg::STAGES) & 1);
                     sm90_issue_pv<Cfg>(O, P[BUF], v_base + prev_st * Cfg::KV_BYTES, o_started);
-                    pass_turn();
+                    named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[st], n == tile.n_lo, wg, tid);
@@ -1141,14 +1082,14 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     parity = (it / Cfg::STAGES) & 1;
                     mbar_wait(&k_full[stage], parity);
                     if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
-                    take_turn();
+                    named_bar_sync(my_turn, TURN_THREADS);
                     sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
                     /* O to the max of block n + 1 while Q K^T runs: off the path
                      * from the softmax to this turn */
                     if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
                     mbar_wait(&v_full[prev_stage], prev_parity);
                     sm90_issue_pv<Cfg>(O, P[0], v_base + prev_stage * Cfg::KV_BYTES, o_started);
-                    pass_turn();
+                    named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
@@ -1190,12 +1131,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 mbar_wait(&q_full[next_qb], next_q_parity);
                 mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             }
-            take_turn();
+            named_bar_sync(my_turn, TURN_THREADS);
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
             sm90_issue_pv<Cfg>(O, P[0], v_base + prev_stage * Cfg::KV_BYTES, o_started);
             if constexpr (Cfg::JOIN)
                 sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
-            pass_turn();
+            named_bar_arrive(next_turn, TURN_THREADS);
             /* without JOIN: find the next tile while the last P V runs */
             if constexpr (!Cfg::JOIN)
                 t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
@@ -1238,7 +1179,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 /* ---- kernel ------------------------------------------------------------------- */
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS_PER_SM) sm90_fwd_kernel(const __grid_constant__ Sm90FwdParams p) {
+__global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_constant__ Sm90FwdParams p) {
     extern __shared__ uint8_t smem_raw[];
     /* swizzle atoms are 1024 B and addressed absolutely: align the base */
     uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -1258,10 +1199,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::CTAS_PER_SM) sm90_fwd_kerne
         mbar_fence_init();
     }
     __syncthreads();
-    if constexpr (Cfg::EARLY_START_16) {
-        grid_launch_dependents(); /* the next kernel may launch as this one's CTAs leave */
-        grid_dependency_wait();   /* the kernel ahead has finished and its writes are visible */
-    }
     /* broadcast from lane 0: the compiler then knows the warpgroup index (and
      * the shared-memory addresses made from it) to be warp-uniform, and keeps
      * the consumers' Q descriptors in uniform registers */

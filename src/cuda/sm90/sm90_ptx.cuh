@@ -10,7 +10,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "../elem.cuh" /* pack2, unpack2, elem16_t: the storage type's conversions */
 
@@ -244,39 +243,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* 2^x on the FMA and integer pipes instead of the exp unit, for x <= 0
- * (scores minus their row max). x = n + f with n = round(x), f in
- * [-1/2, 1/2]; 2^f by a polynomial whose constant term is 1, so 2^0 = 1
- * exactly (a row's largest score keeps P = 1), times 2^n. Minimax relative
- * error on [-1/2, 1/2] with that constant: 2.0e-3 for the quadratic (enough
- * where P is rounded to e4m3, 2^-4), 1.0e-4 for the cubic (below bf16's
- * 2^-9). x is clamped at -127, where 2^n's bits are 0, so -inf gives +0;
- * NaN stays NaN (max.NaN). */
-template <int DEGREE>
-__host__ __device__ __forceinline__ float poly_exp2(float x) {
-    static_assert(DEGREE == 2 || DEGREE == 3, "quadratic or cubic");
-    const float SHIFTER = 12582912.f; /* 1.5 * 2^23: adding it rounds x to an integer in the low bits */
-#ifdef __CUDA_ARCH__
-    float xc;
-    asm("max.NaN.f32 %0, %1, %2;" : "=f"(xc) : "f"(x), "f"(-127.f));
-#else /* the same arithmetic on the host (scripts/poly_exp2_check.cu) */
-    const float xc = x != x ? x : fmaxf(x, -127.f);
-#endif
-    const float t = xc + SHIFTER; /* no fusing or reassociation here: plain IEEE adds */
-    const float f = xc - (t - SHIFTER); /* x - round(x), exact */
-    const float q = DEGREE == 2 ? fmaf(fmaf(0.2398557f, f, 0.7029384f), f, 1.f)
-                                : fmaf(fmaf(fmaf(0.05500872f, f, 0.2422108f), f, 0.6932831f), f, 1.f);
-    /* 2^n from the low bits of t; a multiply, not an add into q's exponent
-     * bits: an integer result in a score register makes ptxas serialise
-     * the wgmmas (C7511) */
-    uint32_t t_bits, two_n_bits;
-    memcpy(&t_bits, &t, 4);
-    two_n_bits = (t_bits << 23) + 0x3f800000u;
-    float two_n;
-    memcpy(&two_n, &two_n_bits, 4);
-    return q * two_n;
 }
 
 #endif /* FA_SM90_PTX_CUH */
