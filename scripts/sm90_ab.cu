@@ -15,20 +15,10 @@
  * splits), as the library does. Per cell: 300 ms of warm-up, then 10 rounds
  * of one group of calls (~15 ms) per build; medians of the rounds.
  */
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
-#include <cuda_runtime.h>
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include <algorithm>
 #include <vector>
 
-#include "backend.h"
-#include "sm90_harness.cuh"
+#include "sm90_harness.cuh" /* CK, fill_normal_async, grid_problem; the C headers and backend.h */
 
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x);
 extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x);
