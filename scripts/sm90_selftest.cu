@@ -375,6 +375,16 @@ static int check_all(bool small, bool varlen_only) {
         cases.push_back({2, 20, 3100, 99, 9, 120, 0, 0, -1, -1, 20.f, false, 3.f, 8}); /* softcap, f16 */
         cases.push_back({2, 8, 3100, 99, 99, 120, 0, 0, -1, -1, 0.f, true, 4.f, 0});   /* large scores */
         cases.push_back({2, 8, 1560, 99, 99, 136, 0, 0, -1, -1, 0.f, true, 1.f, 0});   /* 64-key blocks */
+        /* Many units of the paired order, on an H200: 99 head pairs of 3
+         * query blocks (the last pair without its second head) leave 33 of
+         * 297 units for a last round; 39 pairs of 6 (234 units, 102 left);
+         * a window, 32 pairs of 5 (160, 28 left). The head-dim-128 case
+         * deals its last rounds tile by tile (sm90_pair_tail_plan); the
+         * head-dim-64 ones run the kernel of short masked problems, which
+         * keeps whole units (Sm90FwdConfig::PAIR_TAIL). */
+        cases.push_back({2, 300, 300, 99, 3, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+        cases.push_back({1, 700, 700, 77, 7, 128, 1, 0, -1, -1, 0.f, false, 1.f, 0});
+        cases.push_back({1, 600, 650, 64, 8, 64, 0, 0, 100, 0, 0.f, true, 1.f, 0});
         /* head dim 128 without a mask, several tiles per CTA (one padded) */
         cases.push_back({3, 1024, 640, 8, 2, 128, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({2, 250, 1000, 4, 4, 120, 0, 0, -1, -1, 0.f, false, 1.f, 8});
@@ -612,6 +622,7 @@ static int check_fp8(bool small) {
     cases.push_back({1, 70, 200, 2, 2, 128, 0, 0, -1, -1, 0.f, true, 1.f, 16});
     cases.push_back({1, 100, 300, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0}); /* the head-dim-64 kernel */
     cases.push_back({2, 8, 6200, 71, 1, 128, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tail (sm90_split_plan) */
+    cases.push_back({2, 300, 300, 99, 3, 128, 1, 0, -1, -1, 0.f, true, 1.f, 0}); /* many units, odd head count */
     if (!small) {
         /* every head dim the e4m3 kernel takes runs as 128 with zero-filled columns */
         for (int D : {16, 80, 112})

@@ -57,10 +57,11 @@ struct Sm90Shape {
     int qk_box;       /* bytes of a Q or K row per TMA box (and its swizzle): QK_SW */
     int vt_slab_keys; /* e4m3: keys per V^T box (VT_SLAB_KEYS) */
     int vt_rows;      /* e4m3: head-dim rows per V^T box (the kernel's D) */
+    int pair_tail;    /* the kernel deals a paired order's tail (PAIR_TAIL) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
-    return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D};
+    return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -153,6 +154,8 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     if (tiles >= ((int64_t)1 << 30)) return 0;
     k->num_tiles = (int)tiles;
     k->tail_first = k->num_tiles; /* no split tail unless fa_sm90_fwd plans one */
+    k->pair_tail = k->num_tiles / 2; /* nor a paired one (sm90_pair_tail_plan) */
+    k->pair_tail_count = 0;
     k->top_left = p->top_left;
     k->window_left = p->window_left;
     k->window_right = p->window_right;
@@ -216,6 +219,112 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     /* one slot per piece: pieces are numbered c + r < grid + tail - 1 (sm90_split_slot) */
     s.partial_bytes = (size_t)(grid + tail - 1) * consumers * (d / 8 + 1) * 128 * sizeof(float4);
     return s;
+}
+
+/* The paired order's balanced tail (sm90_tile_after). With U units (pairs
+ * of query blocks of equal work) on G CTAs, the last round holds U mod G of
+ * them and the other CTAs idle for a unit's time: 3% of the time on every
+ * causal cell of the standard grid (2048 units on 132 CTAs: 15.5 rounds).
+ * The last X = U mod G + kk G units go out as single tiles instead, largest
+ * first, in a snake; kk (0..3) is the one that ends first by a cost model in
+ * which a tile costs its kv blocks plus SM90_TILE_BOUNDARY_TENTHS / 10 of
+ * one (its start and end: docs/perf/sm90.md, item 59), if that beats whole
+ * units round-robin. kk > 0 only while the tail's heads' K and V fit
+ * SM90_PAIR_TAIL_L2 bytes: the tail interleaves its heads, which should then
+ * still read their K/V from L2. With fewer units than CTAs every tile is in
+ * the tail. Batched problems only (the host does not know a varlen
+ * sequence's length), up to SM90_PAIR_TAIL_MAX query blocks a head (the
+ * plan's cost table), and only for kernels with Sm90FwdConfig::PAIR_TAIL. */
+enum { SM90_TILE_BOUNDARY_TENTHS = 17 };
+static const int64_t SM90_PAIR_TAIL_L2 = (int64_t)32 << 20;
+
+/* Grid of the launch: one persistent CTA per SM, fewer for small problems.
+ * The paired order hands out whole units, then its tail's single tiles
+ * (the tail starts after whole rounds of the grid). */
+static int sm90_grid(const Sm90FwdParams &k, int sms) {
+    int work = k.num_tiles;
+    if (k.paired) work = !k.pair_tail_count ? k.num_tiles / 2 : k.pair_tail ? sms : k.pair_tail_count;
+    return work < sms ? work : sms;
+}
+
+/* Deals the tail of units [first, units) on G CTAs: tiles by query block,
+ * last first (a causal-like mask's work grows with it), and within one by
+ * unit. Adds each tile's cost to its CTA's load; writes the tile list when
+ * `tiles` is given. Returns the number of tiles. */
+static int sm90_pair_tail_deal(const Sm90FwdParams *k, int first, int units, int G, const int *cost, int64_t *load,
+                               uint16_t *tiles) {
+    const int M = k->num_m_blocks, heads = k->hq * k->batch;
+    int n = 0;
+    for (int m = M - 1; m >= 0; --m)
+        for (int h = 0; h < 2; ++h) {
+            const int j = h ? m : M - 1 - m; /* the units whose half h is block m: block M-1-j (h = 0) or j (h = 1) */
+            for (int u = first + ((j - first % M) % M + M) % M; u < units; u += M) {
+                if (h == 0 && 2 * (u / M) + 1 >= heads) continue; /* past the last head */
+                const int pass = n / G, c = pass % 2 ? G - 1 - n % G : n % G;
+                load[c] += cost[m];
+                if (tiles) tiles[n] = (uint16_t)(2 * (u - first) + h);
+                ++n;
+            }
+        }
+    return n;
+}
+
+static void sm90_pair_tail_plan(const fa_problem *p, Sm90FwdParams *k, int sms) {
+    enum { MAX_SMS = 1024 };
+    const int units = k->num_tiles / 2, M = k->num_m_blocks;
+    if (!k->paired || p->cu_seqlens_q || units == 0 || M > SM90_PAIR_TAIL_MAX || sms > MAX_SMS) return;
+    const Sm90Shape shape = sm90_shape(sm90_pick(p));
+    if (!shape.pair_tail) return;
+    int cost[SM90_PAIR_TAIL_MAX]; /* a tile's cost in tenths of a kv block, by query block (as sm90_decode_tile) */
+    const int64_t diag = p->top_left ? 0 : p->Sk - p->Sq;
+    for (int m = 0; m < M; ++m) {
+        const int64_t i0 = (int64_t)m * shape.bm, i1 = (i0 + shape.bm < p->Sq ? i0 + shape.bm : p->Sq) - 1;
+        const int64_t lo = i0 + diag - p->window_left, hi = i1 + diag + p->window_right + 1;
+        const int64_t lo_c = lo > 0 ? lo : 0, hi_c = hi < p->Sk ? hi : p->Sk;
+        const int64_t blocks = hi_c <= lo_c ? 0 : (hi_c + shape.bn - 1) / shape.bn - lo_c / shape.bn;
+        cost[m] = (int)(blocks < (1 << 20) ? blocks : (1 << 20)) * 10 + SM90_TILE_BOUNDARY_TENTHS;
+    }
+    int64_t group = 0; /* the cost of M units: both halves of every query block */
+    for (int m = 0; m < M; ++m) group += 2 * cost[m];
+    const int64_t heads = (int64_t)k->hq * k->batch;
+    const int64_t head_kv_bytes = 2 * p->Sk * p->D * (p->dtype == FA_F8_E4M3 ? 1 : 2);
+    const int dead = heads % 2 ? M : 0; /* odd heads: the last pair's first halves do not exist */
+    /* Round-robin whole units, the plan to beat: ceil(U / G) units of average cost. */
+    const int plain_g = units < sms ? units : sms;
+    const int64_t plain_span = (int64_t)((units + plain_g - 1) / plain_g) * group / M;
+    int64_t load[MAX_SMS], best_span = plain_span;
+    int best_first = -1, best_g = 0;
+    for (int kk = 0; kk < 4; ++kk) {
+        int first, G;
+        if (units <= sms) { /* every tile in the tail */
+            if (kk) break;
+            first = 0;
+            G = 2 * units - dead < sms ? 2 * units - dead : sms;
+        } else {
+            const int r = units % sms;
+            if (r == 0) return; /* whole rounds already */
+            first = units - r - kk * sms;
+            G = sms;
+        }
+        if (first < 0 || 2 * (units - first) > SM90_PAIR_TAIL_MAX) break;
+        const int64_t tail_heads = 2 * ((units - 1) / M - first / M + 1);
+        if (kk && tail_heads * head_kv_bytes > SM90_PAIR_TAIL_L2) break;
+        int64_t full = (int64_t)(first / M) * group; /* the whole units before the tail, shared out evenly */
+        for (int j = 0; j < first % M; ++j) full += cost[M - 1 - j] + cost[j];
+        memset(load, 0, (size_t)G * sizeof load[0]);
+        sm90_pair_tail_deal(k, first, units, G, cost, load, NULL);
+        int64_t most = 0;
+        for (int c = 0; c < G; ++c) most = load[c] > most ? load[c] : most;
+        const int64_t span = full / G + most;
+        if (span < best_span) best_span = span, best_first = first, best_g = G;
+    }
+    if (best_first < 0) return;
+    memset(load, 0, (size_t)best_g * sizeof load[0]);
+    const int n = sm90_pair_tail_deal(k, best_first, units, best_g, cost, load, k->pair_tail_tile);
+    k->pair_tail = best_first;
+    k->pair_tail_count = n;
+    k->num_tiles = 2 * best_first + 2 * n; /* tail positions carry their pass's parity (sm90_tile_after) */
+    k->tail_first = k->num_tiles; /* (no split tail) */
 }
 
 /* Workspace: e4m3's V^T first, then the split tail's counters and parts
@@ -321,9 +430,7 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
-    int grid = sm90_num_sms(x->device_index);
-    const int units = k.paired ? k.num_tiles / 2 : k.num_tiles; /* pairs are handed out whole */
-    if (grid > units) grid = units;
+    const int grid = sm90_grid(k, sm90_num_sms(x->device_index));
     cudaLaunchConfig_t launch = {};
     launch.gridDim = dim3((unsigned)grid);
     launch.blockDim = dim3(Cfg::THREADS);
@@ -375,6 +482,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     /* The split tail, where the workspace has room for it (a caller of this
      * function without one gets whole tiles). */
     const int ctas = sm90_num_sms(x->device_index); /* the persistent grid (sm90_launch) */
+    sm90_pair_tail_plan(p, &k, ctas);
     const Sm90SplitPlan split = sm90_split_plan(p, k, ctas);
     if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, split)) {
         uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);

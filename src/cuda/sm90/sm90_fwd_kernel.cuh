@@ -61,6 +61,10 @@ __device__ __forceinline__ int sm90_divmod(int x, const Sm90FastDiv &div, int *q
     return x - *q * div.d;
 }
 
+/* Most tiles the paired order's tail deals out one by one (2 KB of the
+ * kernel parameters). */
+enum { SM90_PAIR_TAIL_MAX = 1024 };
+
 /* Everything the kernel needs, passed by value as a __grid_constant__. */
 struct Sm90FwdParams {
     CUtensorMap tm_q, tm_k, tm_v, tm_o; /* 4-D (D, S, H, B) maps, 128B swizzle */
@@ -95,6 +99,12 @@ struct Sm90FwdParams {
     uint32_t split_work;
     float4 *split_partial;
     int *split_count; /* per (tail tile, consumer), zero at launch */
+    /* Paired order's balanced tail (sm90_tile_after): units from pair_tail
+     * on go out as single tiles, tile indices 2 pair_tail + pair_tail_tile[k]
+     * for k < pair_tail_count, largest first; num_tiles is then
+     * 2 pair_tail + 2 pair_tail_count. pair_tail_count = 0: no such tail. */
+    int pair_tail, pair_tail_count;
+    uint16_t pair_tail_tile[SM90_PAIR_TAIL_MAX];
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
@@ -201,6 +211,14 @@ struct Sm90FwdConfig {
      * is in flight through the epilogue, and the merge made ptxas spill. */
     static constexpr bool SPLIT_TAIL = SPLIT_TAIL_;
     static_assert(!SPLIT_TAIL || !JOIN, "the split tail's merge does not fit beside a joined S");
+    /* The paired order's balanced tail (sm90_tile_after). Not in the kernels
+     * of short masked problems, the two-consumer head-dim-64 one and e4m3's
+     * 128-key one: their tiles hold 1-8 kv blocks, the tile boundary is the
+     * largest share of their run, and the tail's code there cost them
+     * 1.5-3% where the tail gained 1-2% (docs/perf/sm90.md, item 66). Nor in
+     * the split-tail kernels, which only run unmasked problems (paired ones
+     * are never split), so their code stays as it was. */
+    static constexpr bool PAIR_TAIL = !SPLIT_TAIL && !(CONSUMERS == 2 && BN == 128 && D == (FP8 ? 128 : 64));
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -269,14 +287,43 @@ __device__ __forceinline__ bool sm90_tile_live(const Sm90FwdParams &p, const Sm9
  * 2g + 1, then block j of head 2g. The CTAs stay balanced while all query
  * blocks of two heads run at the same time. Tile t = 2u + h is unit u's first
  * (h = 0) or second block; with an odd number of heads the last unit's first
- * block does not exist (sm90_tile_live). */
+ * block does not exist (sm90_tile_live).
+ *
+ * Units go out round-robin, so with U units on G CTAs the last round holds
+ * U mod G of them while the other CTAs idle for a unit's time. Where the
+ * host plans it (sm90_pair_tail_plan), the units from pair_tail on (the
+ * last round, and up to three before it) go out as single tiles instead,
+ * largest first (pair_tail_tile), dealt in a snake: in even passes CTA c
+ * takes list position pass * G + c, in odd ones pass * G + G - 1 - c, so
+ * the CTAs end within about a small tile of each other. A CTA's position
+ * k in the list is tile index 2 pair_tail + 2 k + (pass odd), the pass's
+ * parity giving the step to its next position without a division. */
+__device__ __forceinline__ int sm90_pair_tail_start(const Sm90FwdParams &p) {
+    const int c = (int)blockIdx.x;
+    return c < p.pair_tail_count ? 2 * p.pair_tail + 2 * c : p.num_tiles;
+}
+
+template <class Cfg>
 __device__ __forceinline__ int sm90_first_tile(const Sm90FwdParams &p) {
+    if constexpr (Cfg::PAIR_TAIL)
+        if (p.paired && (int)blockIdx.x >= p.pair_tail) return sm90_pair_tail_start(p);
     return p.paired ? 2 * (int)blockIdx.x : (int)blockIdx.x;
 }
 
 template <class Cfg>
 __device__ __forceinline__ int sm90_tile_after(const Sm90FwdParams &p, int t) {
-    if (p.paired) return t % 2 == 0 ? t + 1 : 2 * (t / 2 + grid_ctas());
+    if (p.paired) {
+        if constexpr (Cfg::PAIR_TAIL) {
+            if (t >= 2 * p.pair_tail) { /* a tail position */
+                const int k = (t - 2 * p.pair_tail) >> 1, odd = t & 1, c = (int)blockIdx.x;
+                const int next = k + (odd ? 2 * c + 1 : 2 * (grid_ctas() - c) - 1); /* the next pass's position */
+                return next < p.pair_tail_count ? 2 * p.pair_tail + 2 * next + (odd ^ 1) : p.num_tiles;
+            }
+            if (t % 2 != 0 && t / 2 + grid_ctas() >= p.pair_tail) /* this CTA's next unit is in the tail */
+                return sm90_pair_tail_start(p);
+        }
+        return t % 2 == 0 ? t + 1 : 2 * (t / 2 + grid_ctas());
+    }
     if (!Cfg::SPLIT_TAIL) return t + grid_ctas();
     if (t < p.tail_first) { /* whole tiles, then this CTA's two tail pieces */
         t += grid_ctas();
@@ -319,6 +366,8 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
     const bool piece = Cfg::SPLIT_TAIL && !p.paired && t >= p.tail_first;
     if (piece) t = p.tail_first + sm90_split_piece(p, t, &split_lo, &split_hi); /* decoded as its tile */
     if (p.paired) {
+        if constexpr (Cfg::PAIR_TAIL) /* a tail position: its tile from the list */
+            if (t >= 2 * p.pair_tail) t = 2 * p.pair_tail + p.pair_tail_tile[(t - 2 * p.pair_tail) >> 1];
         const int u = t >> 1, h = t & 1; /* t >= 0 */
         int g;
         const int j = sm90_divmod(u, p.m_div, &g); /* unit j of head pair g */
@@ -387,7 +436,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         if constexpr (Cfg::FP8) grid_dependency_wait();
     }
     uint32_t it = 0, tile_iter = 0;
-    for (int t = sm90_first_tile(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
+    for (int t = sm90_first_tile<Cfg>(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
         Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
         if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
@@ -963,7 +1012,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
 
     Sm90Tile tile, next_tile;
-    int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile(p), wg, tid, &tile);
+    int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile<Cfg>(p), wg, tid, &tile);
     if (t < p.num_tiles) {
         if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
         if (Cfg::EXP_TURN && wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_EXP0, TURN_THREADS); /* and exps first */
