@@ -258,7 +258,7 @@ static int sm90_pair_tail_deal(const Sm90FwdParams *k, int first, int units, int
     for (int m = M - 1; m >= 0; --m)
         for (int h = 0; h < 2; ++h) {
             const int j = h ? m : M - 1 - m; /* the units whose half h is block m: block M-1-j (h = 0) or j (h = 1) */
-            for (int u = first + ((j - first % M) % M + M) % M; u < units; u += M) {
+            for (int u = first + (j - first % M + M) % M; u < units; u += M) { /* the first such unit from `first` on */
                 if (h == 0 && 2 * (u / M) + 1 >= heads) continue; /* past the last head */
                 const int pass = n / G, c = pass % 2 ? G - 1 - n % G : n % G;
                 load[c] += cost[m];
@@ -276,12 +276,12 @@ static void sm90_pair_tail_plan(const fa_problem *p, Sm90FwdParams *k, int sms) 
     const Sm90Shape shape = sm90_shape(sm90_pick(p));
     if (!shape.pair_tail) return;
     int cost[SM90_PAIR_TAIL_MAX]; /* a tile's cost in tenths of a kv block, by query block (as sm90_decode_tile) */
-    const int64_t diag = p->top_left ? 0 : p->Sk - p->Sq;
     for (int m = 0; m < M; ++m) {
         const int64_t i0 = (int64_t)m * shape.bm, i1 = (i0 + shape.bm < p->Sq ? i0 + shape.bm : p->Sq) - 1;
-        const int64_t lo = i0 + diag - p->window_left, hi = i1 + diag + p->window_right + 1;
-        const int64_t lo_c = lo > 0 ? lo : 0, hi_c = hi < p->Sk ? hi : p->Sk;
-        const int64_t blocks = hi_c <= lo_c ? 0 : (hi_c + shape.bn - 1) / shape.bn - lo_c / shape.bn;
+        int64_t lo, hi, lo1, hi1; /* a band mask: the first row's lower bound, the last row's upper one */
+        fa_key_range(p, p->Sq, p->Sk, i0, &lo, &hi1);
+        fa_key_range(p, p->Sq, p->Sk, i1, &lo1, &hi);
+        const int64_t blocks = hi <= lo ? 0 : (hi + shape.bn - 1) / shape.bn - lo / shape.bn;
         cost[m] = (int)(blocks < (1 << 20) ? blocks : (1 << 20)) * 10 + SM90_TILE_BOUNDARY_TENTHS;
     }
     int64_t group = 0; /* the cost of M units: both halves of every query block */
