@@ -17,6 +17,7 @@
 #   FA_BUILD_TARGETS  restrict the build (default: everything)
 #   FA_WERROR=ON      treat warnings as errors (default OFF here: CI checks warnings)
 #   FA_SANITIZE=0     skip compute-sanitizer
+#   FA_FLAVOURS       the backends of step 2 (default: cuda cuda_sm80 cuda_sm80_packed)
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -62,7 +63,7 @@ fi
 # ---- 2. the suite on both CUDA flavours ------------------------------------
 # cuda_sm80_packed: the portable kernels with the GQA-packed forward forced
 # on every shape (by default it runs only for few query rows per kv head).
-for flavour in cuda cuda_sm80 cuda_sm80_packed; do
+for flavour in ${FA_FLAVOURS:-cuda cuda_sm80 cuda_sm80_packed}; do
     backend=${flavour%_packed}
     pack=""
     [ "$flavour" != "$backend" ] && pack=1

@@ -219,6 +219,14 @@ struct Sm90FwdConfig {
      * the split-tail kernels, which only run unmasked problems (paired ones
      * are never split), so their code stays as it was. */
     static constexpr bool PAIR_TAIL = !SPLIT_TAIL && !(CONSUMERS == 2 && BN == 128 && D == (FP8 ? 128 : 64));
+    /* Masks as bit sets (sm90_mask_block): 16-bit kernels with two consumers.
+     * The three-consumer and e4m3 kernels keep the compare per score: with
+     * the bit sets they measured 1-1.5% slower on cells with a masked block
+     * per tile (head dim 64 causal 4k, e4m3 non-causal, whose last block
+     * is partial), where the two-consumer head-dim-64 kernel gained 1-2%
+     * on causal 512-2k (docs/perf/sm90.md, item 67). */
+    static constexpr bool MASK_BITS = CONSUMERS == 2 && !FP8;
+    static_assert(!MASK_BITS || BN <= 128, "a row half's scores (BN / 4) as the bits of one word");
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -537,16 +545,43 @@ __device__ __forceinline__ bool sm90_block_masked(int n, const int *key_lo, cons
     return n * Cfg::BN < max(key_lo[0], key_lo[1]) || (n + 1) * Cfg::BN > min(key_hi[0], key_hi[1]);
 }
 
+/* How many of this thread's scores of a row half lie in the first `cols`
+ * columns of a block (any count above the row half's, for cols past it):
+ * its k-th score lies in column 8 (k / 2) + k % 2 (counted from quad_col),
+ * so a row's visible keys, a run of columns, are a run of k. */
+__device__ __forceinline__ uint32_t sm90_scores_below(int cols) {
+    cols = max(cols, 0);
+    return 2 * (cols >> 3) + min(cols & 7, 2);
+}
+
 /* Mask one S block in place (raw scores -> -inf where hidden). CHECK_LO:
  * some key of the block lies below a row's first visible key; without it
- * (causal diagonals, the sequence end) one compare per score does. */
+ * (causal diagonals, the sequence end) one key bound does.
+ *
+ * With MASK_BITS, a row's visible keys [key_lo, key_hi) make a bit set of
+ * two prefixes (one without CHECK_LO), whose bits ptxas moves to predicates
+ * seven at a time (R2P): a select a score. Else a compare per score and key
+ * bound, and a select. */
 template <class Cfg, bool CHECK_LO>
 __device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_lo, const int *key_hi, int quad_col) {
+    if constexpr (Cfg::MASK_BITS) {
+        const int col0 = n * Cfg::BN + quad_col; /* key of the thread's score k = 0 */
 #pragma unroll
-    for (int i = 0; i < Cfg::BN / 2; ++i) {
-        int j = n * Cfg::BN + 8 * (i / 4) + quad_col + (i % 2);
-        int h = (i / 2) % 2;
-        if ((CHECK_LO && j < key_lo[h]) || j >= key_hi[h]) S[i] = -INFINITY;
+        for (int h = 0; h < 2; ++h) {
+            /* bit k: the thread's k-th score of row half h is visible */
+            uint32_t visible = low_bits_u32(sm90_scores_below(key_hi[h] - col0));
+            if (CHECK_LO) visible &= ~low_bits_u32(sm90_scores_below(key_lo[h] - col0));
+#pragma unroll
+            for (int k = 0; k < Cfg::BN / 4; ++k)
+                if (!(visible & (1u << k))) S[4 * (k / 2) + 2 * h + k % 2] = -INFINITY;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < Cfg::BN / 2; ++i) {
+            int j = n * Cfg::BN + 8 * (i / 4) + quad_col + (i % 2);
+            int h = (i / 2) % 2;
+            if ((CHECK_LO && j < key_lo[h]) || j >= key_hi[h]) S[i] = -INFINITY;
+        }
     }
 }
 

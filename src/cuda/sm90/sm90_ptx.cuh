@@ -245,4 +245,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+/* The lowest n bits set, for any n >= 0: PTX's shift clamps its amount to the
+ * word's width (C's shift by 32 is undefined), so n >= 32 gives all bits
+ * without a compare. */
+__device__ __forceinline__ uint32_t low_bits_u32(uint32_t n) {
+    uint32_t high;
+    asm("shl.b32 %0, %1, %2;" : "=r"(high) : "r"(0xffffffffu), "r"(n));
+    return ~high;
+}
+
 #endif /* FA_SM90_PTX_CUH */
