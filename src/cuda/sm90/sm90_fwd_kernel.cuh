@@ -219,14 +219,14 @@ struct Sm90FwdConfig {
      * the split-tail kernels, which only run unmasked problems (paired ones
      * are never split), so their code stays as it was. */
     static constexpr bool PAIR_TAIL = !SPLIT_TAIL && !(CONSUMERS == 2 && BN == 128 && D == (FP8 ? 128 : 64));
-    /* Masks as bit sets (sm90_mask_block): the two-consumer head-dim-64
-     * kernel, whose tiles start on a masked diagonal block (causal up to 2k
-     * queries: +1-2%). The others keep the compare per score: with the bit
-     * sets the three-consumer and e4m3 kernels measured 1-1.5% slower on
-     * cells with a masked block per tile (head dim 64 causal 4k, e4m3
-     * non-causal, whose last block is partial), and the head-dim-128 and 256
-     * kernels gained under 1% (docs/perf/sm90.md, item 67). */
-    static constexpr bool MASK_BITS = CONSUMERS == 2 && D == 64 && !FP8;
+    /* Masks as bit sets (sm90_mask_block): the 16-bit kernels with two
+     * consumers, whose short causal tiles start on a masked diagonal block
+     * (head dim 64 up to 2k queries +1-2%, head dim 128 at 512 +1-2%, level
+     * elsewhere). The three-consumer and e4m3 kernels keep the compare per
+     * score: with the bit sets they measured 1-1.5% slower on cells with a
+     * masked block per tile (head dim 64 causal 4k, e4m3 non-causal, whose
+     * last block is partial; docs/perf/sm90.md, item 67). */
+    static constexpr bool MASK_BITS = CONSUMERS == 2 && !FP8;
     static_assert(!MASK_BITS || BN <= 128, "a row half's scores (BN / 4) as the bits of one word");
 
     static constexpr int OFF_Q = 0;
