@@ -23,6 +23,7 @@ both (the default) prints the two, stream first.
 
     python3 bench/gpu_vs_torch.py [--quick] [--lib build/libflashattn.so]
                                   [--backend cuda|cuda_sm80] [--timing stream|single|both]
+                                  [--dims 64,128,256] [--max-seqlen N] [--no-bwd]
                                   [--out DIR]
 """
 import argparse
@@ -219,6 +220,8 @@ def main():
     ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
     ap.add_argument("--backend", default="cuda", choices=sorted(BACKENDS))
     ap.add_argument("--quick", action="store_true", help="head dim 128 only, three sizes")
+    ap.add_argument("--dims", default="64,128,256", help="head dims to time (comma-separated)")
+    ap.add_argument("--max-seqlen", type=int, default=16384, help="skip the grid's longer sequences")
     ap.add_argument("--no-bwd", action="store_true")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
@@ -231,7 +234,8 @@ def main():
 
     lib = Library(args.lib, args.backend)
     sizes = [(32, 512), (16, 1024), (8, 2048), (4, 4096), (2, 8192), (1, 16384)]
-    dims = [64, 128, 256]
+    dims = [int(d) for d in args.dims.split(",")]
+    sizes = [(B, S) for B, S in sizes if S <= args.max_seqlen]
     if args.quick:
         sizes = [(16, 1024), (4, 4096), (1, 16384)]
         dims = [128]
