@@ -37,10 +37,6 @@
 #include <stdint.h>
 
 #include "sm90_ptx.cuh"
-
-#ifndef SM90_MASKED_INT_MAX
-#define SM90_MASKED_INT_MAX 0
-#endif
 #include "sm90_wgmma.cuh"
 
 /* Division by a divisor fixed per launch, for 0 <= x < 2^31: a multiply-high
@@ -568,8 +564,7 @@ __device__ __forceinline__ uint32_t sm90_scores_below(int cols) {
  * seven at a time (R2P): a select a score. Else a compare per score and key
  * bound, and a select. */
 template <class Cfg, bool CHECK_LO>
-__device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_lo, const int *key_hi, int quad_col,
-                                                uint32_t *visible_out = nullptr) {
+__device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_lo, const int *key_hi, int quad_col) {
     if constexpr (Cfg::MASK_BITS) {
         const int col0 = n * Cfg::BN + quad_col; /* key of the thread's score k = 0 */
 #pragma unroll
@@ -580,7 +575,6 @@ __device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_
 #pragma unroll
             for (int k = 0; k < Cfg::BN / 4; ++k)
                 if (!(visible & (1u << k))) S[4 * (k / 2) + 2 * h + k % 2] = -INFINITY;
-            if (visible_out) visible_out[h] = visible;
         }
     } else {
 #pragma unroll
@@ -641,21 +635,15 @@ __device__ __forceinline__ void sm90_row_ichains(const float *S, int h, int init
  * negative only on rows that score nearly every key below zero). NaN
  * scores win the int max (not the float one): that row's output is NaN
  * either way. Called by whole warps (the vote). */
-template <class Cfg, bool MASKED = false>
-__device__ __forceinline__ void sm90_thread_row_max(const float *S, const float *row_max, float *mx,
-                                                    const bool *empty = nullptr) {
+template <class Cfg>
+__device__ __forceinline__ void sm90_thread_row_max(const float *S, const float *row_max, float *mx) {
     int part[4], imx[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         sm90_row_ichains<Cfg, false>(S, h, __float_as_int(row_max[h]), part);
         imx[h] = max(max(part[0], part[1]), max(part[2], part[3]));
     }
-    bool second_pass;
-    if constexpr (MASKED) /* a row with nothing seen yet is -inf, the int max's answer */
-        second_pass = (imx[0] < 0 && !empty[0]) || (imx[1] < 0 && !empty[1]);
-    else
-        second_pass = (imx[0] | imx[1]) < 0;
-    if (__any_sync(0xffffffffu, second_pass)) { /* some row set all negative */
+    if (__any_sync(0xffffffffu, (imx[0] | imx[1]) < 0)) { /* some row set all negative */
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             sm90_row_ichains<Cfg, true>(S, h, __float_as_int(row_max[h]), part);
@@ -884,25 +872,11 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
      * block through the integer max's second pass. */
     float thread_max[2];
     if (__any_sync(0xffffffffu, sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi))) {
-#if SM90_MASKED_INT_MAX
-        if constexpr (Cfg::MASK_BITS && Cfg::D == 64) {
-            uint32_t visible[2];
-            if (n * Cfg::BN >= max(r.key_lo[0], r.key_lo[1]))
-                sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col, visible);
-            else
-                sm90_mask_block<Cfg, true>(S, n, r.key_lo, r.key_hi, quad_col, visible);
-            const bool empty[2] = {visible[0] == 0 && row_max[0] == -INFINITY,
-                                   visible[1] == 0 && row_max[1] == -INFINITY};
-            sm90_thread_row_max<Cfg, true>(S, row_max, thread_max, empty);
-        } else
-#endif
-        {
         if (n * Cfg::BN >= max(r.key_lo[0], r.key_lo[1]))
             sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col);
         else
             sm90_mask_block<Cfg, true>(S, n, r.key_lo, r.key_hi, quad_col);
         sm90_thread_row_max_masked<Cfg>(S, row_max, thread_max);
-        }
     } else {
         sm90_thread_row_max<Cfg>(S, row_max, thread_max);
     }
