@@ -224,8 +224,9 @@ struct Sm90FwdConfig {
      * (head dim 64 up to 2k queries +1-2%, head dim 128 at 512 +1-2%, level
      * elsewhere). The three-consumer and e4m3 kernels keep the compare per
      * score: with the bit sets they measured 1-1.5% slower on cells with a
-     * masked block per tile (head dim 64 causal 4k, e4m3 non-causal, whose
-     * last block is partial; docs/perf/sm90.md, item 67). */
+     * masked block per tile (e4m3 non-causal, whose last block is partial,
+     * in three runs; head dim 64 causal 4k, where the A/B harness alone
+     * spreads that much: docs/perf/sm90.md, items 67 and 68). */
     static constexpr bool MASK_BITS = CONSUMERS == 2 && !FP8;
     static_assert(!MASK_BITS || BN <= 128, "a row half's scores (BN / 4) as the bits of one word");
 
