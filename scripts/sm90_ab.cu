@@ -13,7 +13,13 @@
  * Cells: the standard grid's (batch, seqlen) pairs, inputs standard normal.
  * Each build uses the workspace its own plan asks for (the split tail where it
  * splits), as the library does. Per cell: 300 ms of warm-up, then 10 rounds
- * of one group of calls (~15 ms) per build; medians of the rounds.
+ * of one group of calls (~15 ms) per build, the order swapped every round
+ * (the one timed second in a pair can meet a lower clock); medians of the
+ * rounds.
+ *
+ * SM90_AB_CONTROL=1 times the base build in both columns: the ratios then
+ * show what the harness reads with no change at all (up to 2% on single
+ * cells, docs/perf/sm90.md item 68), the yardstick for a real A/B.
  */
 #include <algorithm>
 #include <vector>
@@ -49,7 +55,7 @@ static double median(std::vector<double> v) {
     return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-static void cell(int fp8, int B, int S, int H, int D, int causal) {
+static void cell(int fp8, int B, int S, int H, int D, int causal, fwd_fn this_fwd) {
     const size_t n = (size_t)B * S * H * D, es = fp8 ? 1 : 2;
     void *q, *k, *v, *o, *ws_base = NULL, *ws_new = NULL;
     CK(cudaMalloc(&q, n * es));
@@ -73,8 +79,9 @@ static void cell(int fp8, int B, int S, int H, int D, int causal) {
     group_ms(base_fa_sm90_fwd, &p, &xb, settle);
     std::vector<double> tb, tn;
     for (int r = 0; r < 10; ++r) {
-        tb.push_back(group_ms(base_fa_sm90_fwd, &p, &xb, calls));
-        tn.push_back(group_ms(fa_sm90_fwd, &p, &xn, calls));
+        if (r % 2 == 0) tb.push_back(group_ms(base_fa_sm90_fwd, &p, &xb, calls));
+        tn.push_back(group_ms(this_fwd, &p, this_fwd == fa_sm90_fwd ? &xn : &xb, calls));
+        if (r % 2 == 1) tb.push_back(group_ms(base_fa_sm90_fwd, &p, &xb, calls));
     }
     const double mb = median(tb), mn = median(tn);
     const double tflop = 4.0 * B * H * (double)S * S * D / (causal ? 2 : 1) / 1e12;
@@ -93,13 +100,16 @@ int main(int argc, char **argv) {
     const int D = argc > 2 ? atoi(argv[2]) : 128, only_causal = !fp8 && argc > 3 ? atoi(argv[3]) : -1;
     const int fp8_cells[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};
     const int bf16_cells[][2] = {{32, 512}, {16, 1024}, {8, 2048}, {4, 4096}, {2, 8192}, {1, 16384}};
+    const char *control = getenv("SM90_AB_CONTROL");
+    const fwd_fn this_fwd = control && atoi(control) ? base_fa_sm90_fwd : fa_sm90_fwd;
+    if (this_fwd != fa_sm90_fwd) printf("control: the base build in both columns\n");
     printf("dtype D    causal batch  seqlen | base      this      | this/base (TFLOP/s)\n");
     for (int causal = 0; causal < 2; ++causal) {
         if (only_causal >= 0 && causal != only_causal) continue;
         if (fp8)
-            for (auto &c : fp8_cells) cell(1, c[0], c[1], 2048 / D, D, causal);
+            for (auto &c : fp8_cells) cell(1, c[0], c[1], 2048 / D, D, causal, this_fwd);
         else
-            for (auto &c : bf16_cells) cell(0, c[0], c[1], 2048 / D, D, causal);
+            for (auto &c : bf16_cells) cell(0, c[0], c[1], 2048 / D, D, causal, this_fwd);
     }
     return 0;
 }
