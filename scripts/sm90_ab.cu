@@ -14,7 +14,7 @@
  * Each build uses the workspace its own plan asks for (the split tail where it
  * splits), as the library does. Per cell: 300 ms of warm-up, then 10 rounds
  * of one group of calls (~15 ms) per build, the order swapped every round
- * (the one timed second in a pair can meet a lower clock); medians of the
+ * (so that drift within a pair falls on neither build); medians of the
  * rounds.
  *
  * SM90_AB_CONTROL=1 times the base build in both columns: the ratios then
