@@ -55,7 +55,7 @@ static double median(std::vector<double> v) {
     return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-static void cell(int fp8, int B, int S, int H, int D, int causal, fwd_fn this_fwd) {
+static void cell(int fp8, int B, int S, int H, int D, int causal, bool control) {
     const size_t n = (size_t)B * S * H * D, es = fp8 ? 1 : 2;
     void *q, *k, *v, *o, *ws_base = NULL, *ws_new = NULL;
     CK(cudaMalloc(&q, n * es));
@@ -77,10 +77,13 @@ static void cell(int fp8, int B, int S, int H, int D, int causal, fwd_fn this_fw
     const double est = group_ms(base_fa_sm90_fwd, &p, &xb, 3);
     const int settle = std::max(3, (int)(300.0 / est)), calls = std::max(3, (int)(15.0 / est));
     group_ms(base_fa_sm90_fwd, &p, &xb, settle);
+    /* the "this" column: the working tree's build, or the base again (control) */
+    const fwd_fn this_fwd = control ? base_fa_sm90_fwd : fa_sm90_fwd;
+    const fa_exec *this_x = control ? &xb : &xn;
     std::vector<double> tb, tn;
     for (int r = 0; r < 10; ++r) {
         if (r % 2 == 0) tb.push_back(group_ms(base_fa_sm90_fwd, &p, &xb, calls));
-        tn.push_back(group_ms(this_fwd, &p, this_fwd == fa_sm90_fwd ? &xn : &xb, calls));
+        tn.push_back(group_ms(this_fwd, &p, this_x, calls));
         if (r % 2 == 1) tb.push_back(group_ms(base_fa_sm90_fwd, &p, &xb, calls));
     }
     const double mb = median(tb), mn = median(tn);
@@ -100,16 +103,15 @@ int main(int argc, char **argv) {
     const int D = argc > 2 ? atoi(argv[2]) : 128, only_causal = !fp8 && argc > 3 ? atoi(argv[3]) : -1;
     const int fp8_cells[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};
     const int bf16_cells[][2] = {{32, 512}, {16, 1024}, {8, 2048}, {4, 4096}, {2, 8192}, {1, 16384}};
-    const char *control = getenv("SM90_AB_CONTROL");
-    const fwd_fn this_fwd = control && atoi(control) ? base_fa_sm90_fwd : fa_sm90_fwd;
-    if (this_fwd != fa_sm90_fwd) printf("control: the base build in both columns\n");
+    const bool control = getenv("SM90_AB_CONTROL") && atoi(getenv("SM90_AB_CONTROL"));
+    if (control) printf("control: the base build in both columns\n");
     printf("dtype D    causal batch  seqlen | base      this      | this/base (TFLOP/s)\n");
     for (int causal = 0; causal < 2; ++causal) {
         if (only_causal >= 0 && causal != only_causal) continue;
         if (fp8)
-            for (auto &c : fp8_cells) cell(1, c[0], c[1], 2048 / D, D, causal, this_fwd);
+            for (auto &c : fp8_cells) cell(1, c[0], c[1], 2048 / D, D, causal, control);
         else
-            for (auto &c : bf16_cells) cell(0, c[0], c[1], 2048 / D, D, causal, this_fwd);
+            for (auto &c : bf16_cells) cell(0, c[0], c[1], 2048 / D, D, causal, control);
     }
     return 0;
 }
