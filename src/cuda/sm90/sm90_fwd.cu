@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
 }
 
 template <class Cfg>
-static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
+static fa_status sm90_launch_instance(const Sm90FwdParams &k, const fa_exec *x) {
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
@@ -448,6 +448,15 @@ static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));
     return FA_OK;
+}
+
+/* Cfg's kernel, or its softcap instance where it has one and the problem
+ * has a softcap. */
+template <class Cfg>
+static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
+    if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
+        if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(k, x);
+    return sm90_launch_instance<Cfg>(k, x);
 }
 
 /* The SPLIT_TAIL kernel where the plan in k shares the last wave out, else

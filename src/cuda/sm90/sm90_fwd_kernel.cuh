@@ -39,17 +39,6 @@
 #include "sm90_ptx.cuh"
 #include "sm90_wgmma.cuh"
 
-/* Experiment knobs (docs/perf/sm90.md items 69-70), 0 = off. */
-#ifndef SM90_HALF_SKIP
-#define SM90_HALF_SKIP 0
-#endif
-#ifndef SM90_EARLY_FIRST_S
-#define SM90_EARLY_FIRST_S 0
-#endif
-#ifndef SM90_MASK_BITS_ALL
-#define SM90_MASK_BITS_ALL 0
-#endif
-
 /* Division by a divisor fixed per launch, for 0 <= x < 2^31: a multiply-high
  * and a shift instead of the ~20 instructions of an integer division
  * (round-up reciprocal: magic = 2^32 (2^shift - d) / d + 1, 2^shift >= d). */
@@ -238,15 +227,16 @@ struct Sm90FwdConfig {
      * masked block per tile (e4m3 non-causal, whose last block is partial,
      * in three runs; head dim 64 causal 4k, where the A/B harness alone
      * spreads that much: docs/perf/sm90.md, items 67 and 68). */
-    static constexpr bool MASK_BITS = (CONSUMERS == 2 && !FP8) || (SM90_MASK_BITS_ALL && BN <= 128);
+    static constexpr bool MASK_BITS = CONSUMERS == 2 && !FP8;
     static_assert(!MASK_BITS || BN <= 128, "a row half's scores (BN / 4) as the bits of one word");
-    /* A tile's first block whose upper half no row of a warp sees (consumer
-     * 0 on a causal diagonal): that warp masks, maxes and exponentiates the
-     * lower half only, and its upper half's P is 0. */
-    static constexpr bool HALF_SKIP = MASK_BITS && !SPLIT_TAIL && SM90_HALF_SKIP;
-    /* The next tile's first Q K^T in a turn of its own right after this
-     * tile's last P V has completed, so that it runs under the epilogue. */
-    static constexpr bool EARLY_FIRST_S = SM90_EARLY_FIRST_S && !JOIN && Q_BUFS == 2 && !O_IN_RING && !SPLIT_TAIL;
+    /* The softcap in a kernel instance of its own (Sm90Softcap<Cfg>; SOFTCAP
+     * says whether this instance has its code). Its accurate tanh is ~3 000
+     * instructions (three inlined copies of a block's), laid out among the
+     * code that runs; the e4m3 kernels measured +2-3% without it, the
+     * head-dim-128 ones +1%, the others level, so only those pay a second
+     * instance (docs/perf/sm90.md, item 72). */
+    static constexpr bool SOFTCAP_OWN_KERNEL = FP8 || D == 128;
+    static constexpr bool SOFTCAP = !SOFTCAP_OWN_KERNEL;
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -271,6 +261,11 @@ struct Sm90FwdConfig {
     static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 ? 232 : 240;
     static_assert(PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= (1 + CONSUMERS) * LAUNCH_REGS,
                   "register split exceeds the launch allocation");
+};
+
+/* A config whose kernel applies the softcap (see SOFTCAP_OWN_KERNEL). */
+template <class Cfg> struct Sm90Softcap : Cfg {
+    static constexpr bool SOFTCAP = true;
 };
 
 /* A P buffer's index as a type (see Sm90FwdConfig::P_BUFS). */
@@ -582,7 +577,7 @@ __device__ __forceinline__ uint32_t sm90_scores_below(int cols) {
  * two prefixes (one without CHECK_LO), whose bits ptxas moves to predicates
  * seven at a time (R2P): a select a score. Else a compare per score and key
  * bound, and a select. */
-template <class Cfg, bool CHECK_LO, int COLS = Cfg::BN>
+template <class Cfg, bool CHECK_LO>
 __device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_lo, const int *key_hi, int quad_col) {
     if constexpr (Cfg::MASK_BITS) {
         const int col0 = n * Cfg::BN + quad_col; /* key of the thread's score k = 0 */
@@ -592,12 +587,12 @@ __device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_
             uint32_t visible = low_bits_u32(sm90_scores_below(key_hi[h] - col0));
             if (CHECK_LO) visible &= ~low_bits_u32(sm90_scores_below(key_lo[h] - col0));
 #pragma unroll
-            for (int k = 0; k < COLS / 4; ++k)
+            for (int k = 0; k < Cfg::BN / 4; ++k)
                 if (!(visible & (1u << k))) S[4 * (k / 2) + 2 * h + k % 2] = -INFINITY;
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < COLS / 2; ++i) {
+        for (int i = 0; i < Cfg::BN / 2; ++i) {
             int j = n * Cfg::BN + 8 * (i / 4) + quad_col + (i % 2);
             int h = (i / 2) % 2;
             if ((CHECK_LO && j < key_lo[h]) || j >= key_hi[h]) S[i] = -INFINITY;
@@ -615,7 +610,7 @@ __device__ __forceinline__ int sm90_score_bits(const float *S, int h, int k) {
 /* This thread's max of each of its two rows over an S block and the running
  * max, in four independent chains per row and a tree (short dependency
  * chains). For masked blocks, whose hidden scores are -inf. */
-template <class Cfg, int COLS = Cfg::BN>
+template <class Cfg>
 __device__ __forceinline__ void sm90_thread_row_max_masked(const float *S, const float *row_max, float *mx) {
     float part[2][4];
 #pragma unroll
@@ -623,7 +618,7 @@ __device__ __forceinline__ void sm90_thread_row_max_masked(const float *S, const
 #pragma unroll
         for (int j = 0; j < 4; ++j) part[h][j] = row_max[h];
 #pragma unroll
-    for (int i = 0; i < COLS / 2; ++i) part[(i / 2) % 2][(i / 4) % 4] = fmaxf(part[(i / 2) % 2][(i / 4) % 4], S[i]);
+    for (int i = 0; i < Cfg::BN / 2; ++i) part[(i / 2) % 2][(i / 4) % 4] = fmaxf(part[(i / 2) % 2][(i / 4) % 4], S[i]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) mx[h] = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
 }
@@ -699,22 +694,17 @@ __device__ __forceinline__ void sm90_softmax_max(const float *thread_max, float 
 
 /* Step two: exp2 into S, and the row sums rescaled and grown by the block's
  * (per-thread partial sums, two chains per row; the quad is reduced once in
- * the epilogue). Columns from COLS on are hidden from every row: P = 0. */
-template <class Cfg, int COLS = Cfg::BN>
+ * the epilogue). */
+template <class Cfg>
 __device__ __forceinline__ void sm90_softmax_exp(float *S, const float *sub, const float *rescale, float *row_sum,
                                                  float scale_log2) {
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
-    for (int i = 0; i < COLS / 2; ++i) {
+    for (int i = 0; i < Cfg::BN / 2; ++i) {
         int h = (i / 2) % 2;
         S[i] = fast_exp2(fmaf(S[i], scale_log2, -sub[h]));
         sum[h][(i / 4) % 2] += S[i];
     }
-    /* min(|s|, 0) is 0 for every s, NaN included; a literal 0 here made
-     * ptxas serialise the kernel's wgmmas (C7511), a value computed from S
-     * does not */
-#pragma unroll
-    for (int i = COLS / 2; i < Cfg::BN / 2; ++i) S[i] = fminf(fabsf(S[i]), 0.f);
     row_sum[0] = row_sum[0] * rescale[0] + (sum[0][0] + sum[0][1]);
     row_sum[1] = row_sum[1] * rescale[1] + (sum[1][0] + sum[1][1]);
 }
@@ -872,7 +862,7 @@ __device__ __forceinline__ Sm90RowSetup sm90_row_setup(const Sm90FwdParams &p, c
         r.key_hi[h] = (int)max((int64_t)0, min((int64_t)tile.seq_k, c + p.window_right + 1));
     }
     r.s_log2 = p.scale_log2;
-    r.cap_pre = p.softcap_pre;
+    r.cap_pre = Cfg::SOFTCAP ? p.softcap_pre : 0.f; /* 0: no softcap code in this instance */
     if constexpr (Cfg::FP8) { /* e4m3: the q and k descales scale the logits (inside the softcap) */
         int i = tile.batch * p.hk + tile.head / p.q_per_kv;
         float qk = (p.q_descale ? p.q_descale[i] : 1.f) * (p.k_descale ? p.k_descale[i] : 1.f);
@@ -910,29 +900,11 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
 /* Block n's scores to probabilities: softcap, mask, the online softmax; with
  * EXP_TURN the exponentials wait for this consumer's turn (barrier my_exp)
  * and then hand it on (next_exp); the ids are made once, outside the loop. */
-template <class Cfg, bool FIRST = false>
+template <class Cfg>
 __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
                                                      float *row_max, float *row_sum, float *rescale, int quad_col,
                                                      int my_exp, int next_exp) {
     float sub[2];
-    if constexpr (FIRST && Cfg::HALF_SKIP) {
-        /* No row of this warp sees a key in the block's upper half (a tile's
-         * first block is its highest: consumer 0's half of a causal
-         * diagonal). The lower half as a masked block of its own; a
-         * warp-uniform choice. Not with a softcap (its tanh would double
-         * this code). */
-        constexpr int HALF = Cfg::BN / 2;
-        if (r.cap_pre == 0.f && __all_sync(0xffffffffu, max(r.key_hi[0], r.key_hi[1]) <= n * Cfg::BN + HALF)) {
-            sm90_mask_block<Cfg, true, HALF>(S, n, r.key_lo, r.key_hi, quad_col);
-            float thread_max[2];
-            sm90_thread_row_max_masked<Cfg, HALF>(S, row_max, thread_max);
-            sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2);
-            if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, TURN_THREADS);
-            sm90_softmax_exp<Cfg, HALF>(S, sub, rescale, row_sum, r.s_log2);
-            if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, TURN_THREADS);
-            return;
-        }
-    }
     sm90_scores_to_max<Cfg>(S, p, r, n, row_max, rescale, sub, quad_col);
     if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, TURN_THREADS);
     sm90_softmax_exp<Cfg>(S, sub, rescale, row_sum, r.s_log2);
@@ -1151,7 +1123,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
-            sm90_scores_to_probs<Cfg, true>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
+            sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
             if (!Cfg::LATE_PV_RETIRE) sm90_pack_p<Cfg>(P[0], S); /* no P V in flight yet */
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
@@ -1279,9 +1251,6 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 if (wg == 0) named_bar_arrive(BAR_V_READ, 256); /* consumer 1 may now use the V stage */
             }
             if (tid == 0 && !(Cfg::O_IN_RING && wg == 1)) mbar_arrive(&v_empty[prev_stage]);
-            /* EARLY_FIRST_S: the next tile's first S runs under this epilogue */
-            if (Cfg::EARLY_FIRST_S && t_next < p.num_tiles)
-                issue_first_s((tile_iter + 1) % Cfg::Q_BUFS, ((tile_iter + 1) / Cfg::Q_BUFS) & 1);
 
             /* A tail piece writes its tile only when it is the tile's last. */
             if (!Cfg::SPLIT_TAIL || t < p.tail_first ||
@@ -1300,8 +1269,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             t = t_next;
             tile = next_tile;
             rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
-            if constexpr (!Cfg::JOIN && !Cfg::EARLY_FIRST_S)
-                issue_first_s(tile_iter % Cfg::Q_BUFS, (tile_iter / Cfg::Q_BUFS) & 1);
+            if constexpr (!Cfg::JOIN) issue_first_s(tile_iter % Cfg::Q_BUFS, (tile_iter / Cfg::Q_BUFS) & 1);
         }
     }
     if (tid == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
