@@ -427,6 +427,9 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
 
 template <class Cfg>
 static fa_status sm90_launch_instance(const Sm90FwdParams &k, const fa_exec *x) {
+    /* an instance without the softcap's code would ignore it: only sm90_launch picks */
+    if (!Cfg::SOFTCAP && k.softcap_pre != 0.f)
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: softcap given to a kernel compiled without it");
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
