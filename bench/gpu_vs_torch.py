@@ -219,8 +219,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
     ap.add_argument("--backend", default="cuda", choices=sorted(BACKENDS))
-    ap.add_argument("--quick", action="store_true", help="head dim 128 only, three sizes")
-    ap.add_argument("--dims", default="64,128,256", help="head dims to time (comma-separated)")
+    ap.add_argument("--quick", action="store_true", help="three sizes, and head dim 128 unless --dims is given")
+    ap.add_argument("--dims", default=None, help="head dims to time (comma-separated; default 64,128,256)")
     ap.add_argument("--max-seqlen", type=int, default=16384, help="skip the grid's longer sequences")
     ap.add_argument("--no-bwd", action="store_true")
     ap.add_argument("--warmup", type=int, default=3)
@@ -233,12 +233,12 @@ def main():
     args = ap.parse_args()
 
     lib = Library(args.lib, args.backend)
-    sizes = [(32, 512), (16, 1024), (8, 2048), (4, 4096), (2, 8192), (1, 16384)]
-    dims = [int(d) for d in args.dims.split(",")]
-    sizes = [(B, S) for B, S in sizes if S <= args.max_seqlen]
     if args.quick:
         sizes = [(16, 1024), (4, 4096), (1, 16384)]
-        dims = [128]
+    else:
+        sizes = [(32, 512), (16, 1024), (8, 2048), (4, 4096), (2, 8192), (1, 16384)]
+    sizes = [(B, S) for B, S in sizes if S <= args.max_seqlen]
+    dims = [int(d) for d in (args.dims or ("128" if args.quick else "64,128,256")).split(",")]
     modes = ("stream", "single") if args.timing == "both" else (args.timing,)
     rows = []
     print("%-4s %-9s %-6s %-6s | %-19s | %-19s | %-19s | %-11s | %s" % (
