@@ -222,11 +222,11 @@ struct Sm90FwdConfig {
     /* Masks as bit sets (sm90_mask_block): the 16-bit kernels with two
      * consumers, whose short causal tiles start on a masked diagonal block
      * (head dim 64 up to 2k queries +1-2%, head dim 128 at 512 +1-2%, level
-     * elsewhere). The three-consumer and e4m3 kernels keep the compare per
-     * score: with the bit sets they measured 1-1.5% slower on cells with a
-     * masked block per tile (e4m3 non-causal, whose last block is partial,
-     * in three runs; head dim 64 causal 4k, where the A/B harness alone
-     * spreads that much: docs/perf/sm90.md, items 67 and 68). */
+     * elsewhere). The e4m3 kernels keep the compare per score: with the bit
+     * sets they measured about 1% slower where each tile has a masked block
+     * (non-causal, whose last block is partial; three runs). The
+     * three-consumer kernel measured level with them against a control, so
+     * it keeps the compare too (docs/perf/sm90.md, items 67 and 71). */
     static constexpr bool MASK_BITS = CONSUMERS == 2 && !FP8;
     static_assert(!MASK_BITS || BN <= 128, "a row half's scores (BN / 4) as the bits of one word");
     /* The softcap in a kernel instance of its own (Sm90Softcap<Cfg>; SOFTCAP
