@@ -425,11 +425,23 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
     }
 }
 
+/* True when only the highest kv block of a problem can hide a key (the
+ * sequence end): no causal mask, no window (each row's visible keys are
+ * [0, Sk)), batched. That block is the first a tile or tail piece takes,
+ * so the steady loop never masks (Sm90SteadyUnmasked). */
+static bool sm90_only_last_block_masked(const Sm90FwdParams &k) {
+    const int64_t diag_off = k.top_left ? 0 : (int64_t)k.sk - k.sq; /* as sm90_decode_tile */
+    return !k.cu_seqlens_q && diag_off + k.sq - 1 - k.window_left <= 0 && diag_off + k.window_right + 1 >= k.sk;
+}
+
 template <class Cfg>
 static fa_status sm90_launch_instance(const Sm90FwdParams &k, const fa_exec *x) {
-    /* an instance without the softcap's code would ignore it: only sm90_launch picks */
+    /* an instance without the softcap's code would ignore it, one without
+     * the steady loop's masks would show hidden keys: only sm90_launch picks */
     if (!Cfg::SOFTCAP && k.softcap_pre != 0.f)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: softcap given to a kernel compiled without it");
+    if (!Cfg::STEADY_MASKS && !sm90_only_last_block_masked(k))
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a masked problem given to a kernel without masks");
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
@@ -454,11 +466,14 @@ static fa_status sm90_launch_instance(const Sm90FwdParams &k, const fa_exec *x) 
 }
 
 /* Cfg's kernel, or its softcap instance where it has one and the problem
- * has a softcap. */
+ * has a softcap, or its instance without the steady loop's masks where it
+ * has one and the problem needs none. */
 template <class Cfg>
 static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
     if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
         if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(k, x);
+    if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
+        if (sm90_only_last_block_masked(k)) return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(k, x);
     return sm90_launch_instance<Cfg>(k, x);
 }
 

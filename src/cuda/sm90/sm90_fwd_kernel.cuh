@@ -211,14 +211,15 @@ struct Sm90FwdConfig {
      * is in flight through the epilogue, and the merge made ptxas spill. */
     static constexpr bool SPLIT_TAIL = SPLIT_TAIL_;
     static_assert(!SPLIT_TAIL || !JOIN, "the split tail's merge does not fit beside a joined S");
-    /* The paired order's balanced tail (sm90_tile_after). Not in the kernels
-     * of short masked problems, the two-consumer head-dim-64 one and e4m3's
-     * 128-key one: their tiles hold 1-8 kv blocks, the tile boundary is the
-     * largest share of their run, and the tail's code there cost them
-     * 1.5-3% where the tail gained 1-2% (docs/perf/sm90.md, item 66). Nor in
-     * the split-tail kernels, which only run unmasked problems (paired ones
-     * are never split), so their code stays as it was. */
-    static constexpr bool PAIR_TAIL = !SPLIT_TAIL && !(CONSUMERS == 2 && BN == 128 && D == (FP8 ? 128 : 64));
+    /* The paired order's balanced tail (sm90_tile_after). Not in e4m3's
+     * 128-key kernel (short masked problems), where it measured level
+     * (docs/perf/sm90.md, items 66 and 73); the two-consumer head-dim-64
+     * kernel gains 1-2% with it at causal 1k and 2k and reads 0.98-1.00 at
+     * 512, where its tiles hold 1-4 kv blocks and the tile boundary is the
+     * largest share of the run (items 73 and 75). Nor in the split-tail
+     * kernels, which only run unmasked problems (paired ones are never
+     * split), so their code stays as it was. */
+    static constexpr bool PAIR_TAIL = !SPLIT_TAIL && !(FP8 && CONSUMERS == 2 && BN == 128);
     /* Masks as bit sets (sm90_mask_block): the 16-bit kernels with two
      * consumers, whose short causal tiles start on a masked diagonal block
      * (head dim 64 up to 2k queries +1-2%, head dim 128 at 512 +1-2%, level
@@ -237,6 +238,16 @@ struct Sm90FwdConfig {
      * instance (docs/perf/sm90.md, item 72). */
     static constexpr bool SOFTCAP_OWN_KERNEL = FP8 || D == 128;
     static constexpr bool SOFTCAP = !SOFTCAP_OWN_KERNEL;
+    /* The steady loop without mask code, in an instance of its own
+     * (Sm90SteadyUnmasked<Cfg>; STEADY_MASKS says whether this instance
+     * masks past a tile's first block). For problems with no causal mask
+     * and no window only the highest kv block can hold a hidden key (past
+     * the sequence end), and it is each tile's (or tail piece's) first:
+     * the loop never runs the masked paths, which are ~20% of the 224-key
+     * e4m3 kernel's code; without them it measured +0.1..+0.8% on such
+     * problems (docs/perf/sm90.md, item 74). */
+    static constexpr bool STEADY_UNMASKED_OWN_KERNEL = FP8 && BN == 224;
+    static constexpr bool STEADY_MASKS = true;
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -266,6 +277,11 @@ struct Sm90FwdConfig {
 /* A config whose kernel applies the softcap (see SOFTCAP_OWN_KERNEL). */
 template <class Cfg> struct Sm90Softcap : Cfg {
     static constexpr bool SOFTCAP = true;
+};
+
+/* A config whose steady loop has no mask code (see STEADY_UNMASKED_OWN_KERNEL). */
+template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
+    static constexpr bool STEADY_MASKS = false;
 };
 
 /* A P buffer's index as a type (see Sm90FwdConfig::P_BUFS). */
@@ -875,22 +891,32 @@ __device__ __forceinline__ Sm90RowSetup sm90_row_setup(const Sm90FwdParams &p, c
 }
 
 /* Softcap, mask and the softmax's first step (sm90_softmax_max) on kv block
- * n, whose raw scores are in S. */
-template <class Cfg>
+ * n, whose raw scores are in S. MAY_MASK = false: the caller knows block n
+ * hides no key, and no mask code is compiled. */
+template <class Cfg, bool MAY_MASK = true>
 __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
                                                    float *row_max, float *rescale, float *sub, int quad_col) {
     if (r.cap_pre != 0.f)
         for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * r.cap_pre);
     /* Masked blocks (a warp-uniform choice: the integer max votes) take the
      * float max; their hidden -inf scores would send most rows of a diagonal
-     * block through the integer max's second pass. */
+     * block through the integer max's second pass. Not so in the kernels
+     * without the steady loop's masks, whose one masked block hides only
+     * keys past the sequence end. */
     float thread_max[2];
-    if (__any_sync(0xffffffffu, sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi))) {
-        if (n * Cfg::BN >= max(r.key_lo[0], r.key_lo[1]))
+    if (MAY_MASK && __any_sync(0xffffffffu, sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi))) {
+        if constexpr (!Cfg::STEADY_MASKS) {
+            /* only keys past the sequence end are hidden, and every row sees
+             * some of this block's: the integer max, as unmasked blocks */
             sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col);
-        else
-            sm90_mask_block<Cfg, true>(S, n, r.key_lo, r.key_hi, quad_col);
-        sm90_thread_row_max_masked<Cfg>(S, row_max, thread_max);
+            sm90_thread_row_max<Cfg>(S, row_max, thread_max);
+        } else {
+            if (n * Cfg::BN >= max(r.key_lo[0], r.key_lo[1]))
+                sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col);
+            else
+                sm90_mask_block<Cfg, true>(S, n, r.key_lo, r.key_hi, quad_col);
+            sm90_thread_row_max_masked<Cfg>(S, row_max, thread_max);
+        }
     } else {
         sm90_thread_row_max<Cfg>(S, row_max, thread_max);
     }
@@ -900,12 +926,12 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
 /* Block n's scores to probabilities: softcap, mask, the online softmax; with
  * EXP_TURN the exponentials wait for this consumer's turn (barrier my_exp)
  * and then hand it on (next_exp); the ids are made once, outside the loop. */
-template <class Cfg>
+template <class Cfg, bool MAY_MASK = true>
 __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
                                                      float *row_max, float *row_sum, float *rescale, int quad_col,
                                                      int my_exp, int next_exp) {
     float sub[2];
-    sm90_scores_to_max<Cfg>(S, p, r, n, row_max, rescale, sub, quad_col);
+    sm90_scores_to_max<Cfg, MAY_MASK>(S, p, r, n, row_max, rescale, sub, quad_col);
     if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, TURN_THREADS);
     sm90_softmax_exp<Cfg>(S, sub, rescale, row_sum, r.s_log2);
     if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, TURN_THREADS);
@@ -1192,7 +1218,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
-                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
+                    sm90_scores_to_probs<Cfg, Cfg::STEADY_MASKS>(S, p, rows, n, row_max, row_sum, rescale, quad_col,
+                                                                 my_exp, next_exp);
                     if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, 1);
                     o_started = 1;
                     pv_stage = prev_stage;
