@@ -214,9 +214,9 @@ struct Sm90FwdConfig {
     /* The paired order's balanced tail (sm90_tile_after). Not in e4m3's
      * 128-key kernel (short masked problems), where it measured level
      * (docs/perf/sm90.md, items 66 and 73); the two-consumer head-dim-64
-     * kernel gains 1-2% with it at causal 1k and 2k and reads 0.98-1.00 at
-     * 512, where its tiles hold 1-4 kv blocks and the tile boundary is the
-     * largest share of the run (items 73 and 75). Nor in the split-tail
+     * kernel gains 1-2% with it at causal 1k and 2k and loses 1-4% at 512,
+     * where its tiles hold 1-4 kv blocks, the tile boundary is the largest
+     * share of the run and the tail's code costs about 1% (items 73, 75). Nor in the split-tail
      * kernels, which only run unmasked problems (paired ones are never
      * split), so their code stays as it was. */
     static constexpr bool PAIR_TAIL = !SPLIT_TAIL && !(FP8 && CONSUMERS == 2 && BN == 128);
