@@ -426,21 +426,26 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
 }
 
 /* True when only the highest kv block of a problem can hide a key (the
- * sequence end): no causal mask, no window (each row's visible keys are
- * [0, Sk)), batched. That block is the first a tile or tail piece takes,
- * so the steady loop never masks (Sm90SteadyUnmasked). */
-static bool sm90_only_last_block_masked(const Sm90FwdParams &k) {
-    const int64_t diag_off = k.top_left ? 0 : (int64_t)k.sk - k.sq; /* as sm90_decode_tile */
-    return !k.cu_seqlens_q && diag_off + k.sq - 1 - k.window_left <= 0 && diag_off + k.window_right + 1 >= k.sk;
+ * sequence end): every row sees keys [0, Sk) (no causal mask, no window
+ * that cuts), batched. That block is the first a tile or tail piece takes,
+ * so the steady loop never masks (Sm90SteadyUnmasked). A row's bounds grow
+ * with the row, so the last row's lower bound and the first row's upper
+ * one decide. */
+static bool sm90_only_last_block_masked(const fa_problem *p) {
+    if (p->cu_seqlens_q) return false;
+    int64_t first_lo, first_hi, last_lo, last_hi;
+    fa_key_range(p, p->Sq, p->Sk, 0, &first_lo, &first_hi);
+    fa_key_range(p, p->Sq, p->Sk, p->Sq - 1, &last_lo, &last_hi);
+    return last_lo == 0 && first_hi == p->Sk;
 }
 
 template <class Cfg>
-static fa_status sm90_launch_instance(const Sm90FwdParams &k, const fa_exec *x) {
+static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     /* an instance without the softcap's code would ignore it, one without
      * the steady loop's masks would show hidden keys: only sm90_launch picks */
     if (!Cfg::SOFTCAP && k.softcap_pre != 0.f)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: softcap given to a kernel compiled without it");
-    if (!Cfg::STEADY_MASKS && !sm90_only_last_block_masked(k))
+    if (!Cfg::STEADY_MASKS && !sm90_only_last_block_masked(p))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a masked problem given to a kernel without masks");
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
@@ -469,28 +474,28 @@ static fa_status sm90_launch_instance(const Sm90FwdParams &k, const fa_exec *x) 
  * has a softcap, or its instance without the steady loop's masks where it
  * has one and the problem needs none. */
 template <class Cfg>
-static fa_status sm90_launch(const Sm90FwdParams &k, const fa_exec *x) {
+static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
-        if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(k, x);
+        if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
     if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
-        if (sm90_only_last_block_masked(k)) return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(k, x);
-    return sm90_launch_instance<Cfg>(k, x);
+        if (sm90_only_last_block_masked(p)) return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x);
+    return sm90_launch_instance<Cfg>(p, k, x);
 }
 
 /* The SPLIT_TAIL kernel where the plan in k shares the last wave out, else
  * the plain one. */
 template <class Plain, class Split>
-static fa_status sm90_launch_tail(const Sm90FwdParams &k, const fa_exec *x) {
-    return k.tail_first < k.num_tiles ? sm90_launch<Split>(k, x) : sm90_launch<Plain>(k, x);
+static fa_status sm90_launch_tail(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
+    return k.tail_first < k.num_tiles ? sm90_launch<Split>(p, k, x) : sm90_launch<Plain>(p, k, x);
 }
 
 template <bool BF16>
 static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     switch (sm90_pick(p)) {
-    case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(k, x);
-    case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(k, x);
-    case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(k, x);
-    case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(k, x);
+    case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(p, k, x);
+    case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(p, k, x);
+    case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(p, k, x);
+    case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(p, k, x);
     case SM90_F8_N224:
     case SM90_F8_N128:
     case SM90_F8_D64: break; /* launched by fa_sm90_fwd */
@@ -533,9 +538,9 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
         switch (sm90_pick(p)) {
-        case SM90_F8_N224: return sm90_launch_tail<Sm90CfgF8N224<false>, Sm90CfgF8N224<true>>(k, x);
-        case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(k, x);
-        default: return sm90_launch<Sm90CfgF8N128>(k, x);
+        case SM90_F8_N224: return sm90_launch_tail<Sm90CfgF8N224<false>, Sm90CfgF8N224<true>>(p, k, x);
+        case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(p, k, x);
+        default: return sm90_launch<Sm90CfgF8N128>(p, k, x);
         }
     }
     return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);

@@ -216,9 +216,9 @@ struct Sm90FwdConfig {
      * (docs/perf/sm90.md, items 66 and 73); the two-consumer head-dim-64
      * kernel gains 1-2% with it at causal 1k and 2k and loses 1-4% at 512,
      * where its tiles hold 1-4 kv blocks, the tile boundary is the largest
-     * share of the run and the tail's code costs about 1% (items 73, 75). Nor in the split-tail
-     * kernels, which only run unmasked problems (paired ones are never
-     * split), so their code stays as it was. */
+     * share of the run and the tail's code costs about 1% (items 73, 75).
+     * Nor in the split-tail kernels, which only run unmasked problems
+     * (paired ones are never split), so their code stays as it was. */
     static constexpr bool PAIR_TAIL = !SPLIT_TAIL && !(FP8 && CONSUMERS == 2 && BN == 128);
     /* Masks as bit sets (sm90_mask_block): the 16-bit kernels with two
      * consumers, whose short causal tiles start on a masked diagonal block
