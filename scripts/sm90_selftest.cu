@@ -328,6 +328,7 @@ static int check_all(bool small, bool varlen_only) {
         cases.push_back({1, 70, 150, 2, 2, 256, 1, 1, -1, -1, 0.f, false, 1.f, 0});
         cases.push_back(varlen_case(128, 1, 0, -1, -1, 0.f, true, 2, 1, {5, 0, 130, 64}, {7, 3, 200, 0}));
         cases.push_back(varlen_case(64, 0, 0, -1, -1, 0.f, false, 2, 2, {200, 1, 0}, {129, 300, 2}));
+        cases.push_back(varlen_case(256, 1, 0, -1, -1, 0.f, true, 2, 1, {5, 0, 130, 64}, {7, 3, 200, 0}));
         cases.push_back({2, 8, 3100, 99, 33, 72, 0, 0, -1, -1, 0.f, true, 1.f, 0});   /* split tail */
         cases.push_back({2, 8, 1560, 99, 99, 136, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tail, O in the ring */
         int fails = 0;
@@ -393,7 +394,7 @@ static int check_all(bool small, bool varlen_only) {
      * sequence end, Sq > Sk and Sq < Sk per sequence */
     const std::vector<int> lq = {5, 0, 17, 1, 113, 0, 64, 40, 300, 129};
     const std::vector<int> lk = {7, 3, 0, 240, 113, 0, 64, 9, 500, 128};
-    for (int D : {128, 64, 96, 40}) {
+    for (int D : {128, 64, 96, 40, 256, 200}) { /* 256, 200: the head-dim-256 kernel's varlen instance */
         for (int bf = 1; bf >= 0; --bf) {
             if (!bf && D != 128) continue;
             cases.push_back(varlen_case(D, 0, 0, -1, -1, 0.f, (bool)bf, 4, 2, lq, lk));

@@ -172,12 +172,13 @@ def test_qkvpacked_grads(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_varlen_autograd(device):
+@pytest.mark.parametrize("head_dim", [32, 256])
+def test_varlen_autograd(device, head_dim):
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     lens = [5, 0, 19, 8]
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=device)
-    q = torch.randn(sum(lens), 4, 32, device=device).to(dtype)
-    k, v = (torch.randn(sum(lens), 2, 32, device=device).to(dtype) for _ in range(2))
+    q = torch.randn(sum(lens), 4, head_dim, device=device).to(dtype)
+    k, v = (torch.randn(sum(lens), 2, head_dim, device=device).to(dtype) for _ in range(2))
     dout = torch.randn_like(q)
     out, grads = run(lambda q, k, v: fa.flash_attn_varlen_func(q, k, v, cu, cu, 19, 19,
                                                                causal=True),

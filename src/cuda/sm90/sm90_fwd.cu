@@ -350,8 +350,6 @@ extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
     if (p->seqlens_k || p->block_table || p->k_new.data) return 0;
     if (!p->cu_seqlens_q != !p->cu_seqlens_k) return 0;
     if (p->cu_seqlens_q) {
-        /* The head-dim-256 kernel has no registers left for the varlen tile fields. */
-        if (sm90_padded_head_dim(p->D) == 256) return 0;
         /* Packed row coordinates (first row + offset in the sequence) stay in int. */
         if (p->total_q < 1 || p->total_k < 1 || p->total_q >= ((int64_t)1 << 30) || p->total_k >= ((int64_t)1 << 30))
             return 0;
@@ -447,6 +445,8 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: softcap given to a kernel compiled without it");
     if (!Cfg::STEADY_MASKS && !sm90_only_last_block_masked(p))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a masked problem given to a kernel without masks");
+    if (!Cfg::VARLEN && p->cu_seqlens_q)
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a varlen problem given to a kernel without varlen");
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
@@ -472,9 +472,12 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
 
 /* Cfg's kernel, or its softcap instance where it has one and the problem
  * has a softcap, or its instance without the steady loop's masks where it
- * has one and the problem needs none. */
+ * has one and the problem needs none, or its varlen instance where it has
+ * one and the problem is varlen (never split: sm90_split_plan). */
 template <class Cfg>
 static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
+    if constexpr (Cfg::VARLEN_OWN_KERNEL && !Cfg::SPLIT_TAIL)
+        if (p->cu_seqlens_q) return sm90_launch_instance<Sm90Varlen<Cfg>>(p, k, x);
     if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
         if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
     if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)

@@ -135,8 +135,12 @@ struct Sm90FwdConfig {
     static constexpr int BOX_COLS = QK_SW / ES;   /* input elements per slab */
     static constexpr int SLABS = D * ES / QK_SW;  /* column slabs of a Q or K row */
     static constexpr int O_SLABS = D / 64;        /* 128-byte slabs of an output row (16-bit) */
-    /* Varlen support; head dim 256 leaves no registers for it (falls back). */
-    static constexpr bool VARLEN = D != 256 && !FP8;
+    /* Varlen support (packed sequences, the tile's lengths and first rows
+     * read from cu_seqlens). At head dim 256 it is a kernel instance of its
+     * own (Sm90Varlen<Cfg>): its per-tile code would sit among the batched
+     * kernel's, whose registers it nearly fills. e4m3 is batched only. */
+    static constexpr bool VARLEN_OWN_KERNEL = D == 256 && !FP8;
+    static constexpr bool VARLEN = !FP8 && !VARLEN_OWN_KERNEL;
     static_assert(!FP8 || ((D == 128 || D == 64) && BN % 32 == 0), "e4m3: one slab per Q/K row, whole V^T slabs");
     /* e4m3 V^T (D head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,
      * since a swizzled TMA box row spans one swizzle row at most: the widest
@@ -155,7 +159,7 @@ struct Sm90FwdConfig {
      * stage once its store has read it; the next tile's first block uses the
      * other stage, so only its second load waits for the store. */
     static constexpr bool O_IN_RING = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
-    static_assert(!O_IN_RING || (!VARLEN && CONSUMERS == 2 && STAGES >= 2 && BN == 64 && 64 * D * 2 == KV_BYTES),
+    static_assert(!O_IN_RING || (CONSUMERS == 2 && STAGES >= 2 && BN == 64 && 64 * D * 2 == KV_BYTES),
                   "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
     static constexpr int O_STAGE_BYTES = O_IN_RING ? 0 : O_BYTES;
     static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : BM * 128; /* bytes between staged O's slabs */
@@ -282,6 +286,11 @@ template <class Cfg> struct Sm90Softcap : Cfg {
 /* A config whose steady loop has no mask code (see STEADY_UNMASKED_OWN_KERNEL). */
 template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
     static constexpr bool STEADY_MASKS = false;
+};
+
+/* A config whose kernel runs varlen problems (see VARLEN_OWN_KERNEL). */
+template <class Cfg> struct Sm90Varlen : Cfg {
+    static constexpr bool VARLEN = true;
 };
 
 /* A P buffer's index as a type (see Sm90FwdConfig::P_BUFS). */
@@ -994,6 +1003,10 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
         /* Last rows of a varlen sequence: the map's row bound is the packed
          * tensor's, not the sequence's, so store row by row. */
         if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
+        if constexpr (Cfg::O_IN_RING) {
+            named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read its rows of the stage */
+            if (tid == 0) mbar_arrive(stage_empty);
+        }
     } else if (tid == 0) {
         for (int s = 0; s < Cfg::O_SLABS; ++s)
             tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.q_row0 + wg_row0, tile.head,
