@@ -69,7 +69,7 @@ static void cell(int fp8, int B, int S, int H, int D, int causal, bool control) 
     memset(&xb, 0, sizeof xb);
     memset(&xn, 0, sizeof xn);
     xb.workspace_bytes = base_fa_sm90_fwd_workspace(&p, &xb);
-    xn.workspace_bytes = fa_sm90_fwd_workspace(&p, &xn);
+    xn.workspace_bytes = control ? 0 : fa_sm90_fwd_workspace(&p, &xn); /* control: xn is not run */
     if (xb.workspace_bytes) CK(cudaMalloc(&ws_base, xb.workspace_bytes));
     if (xn.workspace_bytes) CK(cudaMalloc(&ws_new, xn.workspace_bytes));
     xb.workspace = ws_base;

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Two builds of libflashattn against each other through the library, each
+beside torch's cuDNN in the same run: `bench/gpu_vs_torch.py` runs for build A,
+then B, then A, ... (separate processes, `--rounds` each), and the forward
+TFLOP/s of every cell are printed side by side with B/A and each build's ratio
+against cuDNN. Kernel-level A/Bs (`scripts/sm90_ab.sh`) time both builds in
+one process on their own inputs; this one times what a caller gets, which for
+short cells can differ by several percent (docs/perf/sm90.md, item 78).
+
+    python3 bench/gpu_lib_ab.py OLD.so NEW.so [--rounds 2] -- --dims 256 --no-bwd
+
+Arguments after `--` go to gpu_vs_torch.py (`--timing stream` unless given)."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def run(lib, extra, out):
+    cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "gpu_vs_torch.py"), "--lib", lib, "--out", out]
+    subprocess.run(cmd + extra, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(out, "gpu_vs_torch.json")) as f:
+        return json.load(f)["rows"]
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("lib_a")
+    ap.add_argument("lib_b")
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each build, alternating")
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if "--timing" not in extra:
+        extra += ["--timing", "stream"]
+    timing = extra[extra.index("--timing") + 1]
+    if timing == "both":
+        sys.exit("gpu_lib_ab: give one timing (stream or single)")
+    cells = {}  # (D, B, S, causal) -> {"a": [(ours, cudnn)], "b": [...]}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for tag, lib in (("a", args.lib_a), ("b", args.lib_b)):
+                for row in run(lib, extra, os.path.join(tmp, f"{tag}{r}")):
+                    res = row["results"]
+                    key = (row["D"], row["B"], row["S"], row["causal"])
+                    pair = (res["ours"][timing]["fwd_tflops"], res["cudnn"][timing]["fwd_tflops"])
+                    cells.setdefault(key, {"a": [], "b": []})[tag].append(pair)
+    print(f"# A = {args.lib_a}\n# B = {args.lib_b}\n# {args.rounds} rounds each, {timing} timing, forward TFLOP/s")
+    print("D    B x S     causal | A ours (each round)   | B ours (each round)   | B/A    | A/cuDNN | B/cuDNN")
+    for (d, b, s, causal), v in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][3], kv[0][2])):
+        a_med = statistics.median(x for x, _ in v["a"])
+        b_med = statistics.median(x for x, _ in v["b"])
+        a_vs = statistics.median(x / c for x, c in v["a"])
+        b_vs = statistics.median(x / c for x, c in v["b"])
+        a_all = " ".join(f"{x:.0f}" for x, _ in v["a"])
+        b_all = " ".join(f"{x:.0f}" for x, _ in v["b"])
+        size = f"{b}x{s}"
+        print(f"{d:<4d} {size:<9s} {'yes' if causal else 'no':<6s} | {a_all:<21s} | {b_all:<21s} | "
+              f"{b_med / a_med:.3f}  | {a_vs:.3f}   | {b_vs:.3f}")
+
+
+if __name__ == "__main__":
+    main()
