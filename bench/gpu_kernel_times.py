@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""GPU time of the kernels of one forward call, ours against torch SDPA's
+CUDNN_ATTENTION backend, from torch.profiler (CUPTI): each contender settles
+for 150 ms on its own, then 30 calls run back to back under the profiler and
+the durations of every kernel and memset they launch are summed per call.
+
+This leaves out what lies between kernels (launch gaps, host work the GPU
+waits for), which bench/gpu_vs_torch.py's timings include; comparing the two
+says how much of a cell's ratio is the kernels and how much the calls.
+
+    python3 bench/gpu_kernel_times.py [--lib build/libflashattn.so]
+"""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_vs_torch import Library, flops_fwd, settle  # noqa: E402
+
+# (head dim, batch, seqlen, causal): the standard grid's cells up to 2k and one at 4k
+CELLS = [(64, 32, 512, True), (64, 16, 1024, True), (64, 8, 2048, True), (64, 32, 512, False),
+         (64, 16, 1024, False), (128, 16, 1024, False), (128, 8, 2048, False), (128, 32, 512, True),
+         (256, 16, 1024, False), (256, 8, 2048, False), (256, 4, 4096, False), (256, 32, 512, True),
+         (256, 16, 1024, True)]
+CALLS = 30
+
+
+def kernel_us_per_call(fn):
+    """Summed GPU durations per call, and a short list of what ran."""
+    settle(fn, 150.0)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(CALLS):
+            fn()
+        torch.cuda.synchronize()
+    by_name = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by_name.setdefault(e.name, []).append(e.device_time_total)
+    total = sum(sum(v) for v in by_name.values()) / CALLS
+    what = "; ".join("%s x%d median %.1f us" % (n[:70], len(v), statistics.median(v)) for n, v in by_name.items())
+    return total, what
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
+    ap.add_argument("--verbose", action="store_true", help="print the kernels each contender ran")
+    args = ap.parse_args()
+    lib = Library(args.lib, "cuda")
+    dev = torch.device("cuda")
+    print("%-4s %-9s %-6s | %9s %9s | %9s %9s | %s" % ("D", "B x S", "causal", "ours us", "TFLOP/s", "cuDNN us",
+                                                       "TFLOP/s", "cuDNN time / ours"))
+    for D, B, S, causal in CELLS:
+        H = 2048 // D
+        q, k, v = (torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
+        out = torch.empty_like(q)
+        lse = torch.empty(B, H, S, device=dev, dtype=torch.float32)
+        lib.use_current_stream()
+        ours = lib.fwd(q, k, v, causal, out, lse)
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+        fl = flops_fwd(B, H, S, D, causal)
+        t_ours, what_ours = kernel_us_per_call(ours)
+        t_cudnn, what_cudnn = kernel_us_per_call(cudnn)
+        print("%-4d %-9s %-6s | %9.1f %9.0f | %9.1f %9.0f | %.3f" % (
+            D, "%dx%d" % (B, S), "yes" if causal else "no", t_ours, fl / t_ours / 1e6, t_cudnn,
+            fl / t_cudnn / 1e6, t_cudnn / t_ours))
+        if args.verbose:
+            print("    ours:  " + what_ours)
+            print("    cuDNN: " + what_cudnn)
+
+
+if __name__ == "__main__":
+    main()
