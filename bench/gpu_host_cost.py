@@ -19,11 +19,9 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_vs_torch import Library  # noqa: E402
+from gpu_vs_torch import Library, fwd_against_cudnn  # noqa: E402
 
 # (batch, seqlen, heads, head dim, causal): a tiny call, and the standard
 # grid's shortest causal cell
@@ -49,20 +47,9 @@ def main():
     ap.add_argument("--calls", type=int, default=2000)
     args = ap.parse_args()
     lib = Library(args.lib, "cuda")
-    dev = torch.device("cuda")
     print("%-22s %-6s | %13s | %18s" % ("B x S x H x D", "who", "host us/call", "with sync us/call"))
     for B, S, H, D, causal in PROBLEMS:
-        q, k, v = (torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
-        out = torch.empty_like(q)
-        lse = torch.empty(B, H, S, device=dev, dtype=torch.float32)
-        lib.use_current_stream()
-        ours = lib.fwd(q, k, v, causal, out, lse)
-        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-
-        def cudnn():
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-
+        ours, cudnn = fwd_against_cudnn(lib, B, S, H, D, causal)
         calls = args.calls if S * S * B * H <= 1 << 20 else max(1, args.calls // 10)
         for who, fn in (("ours", ours), ("cudnn", cudnn)):
             host, synced = per_call_us(fn, calls)

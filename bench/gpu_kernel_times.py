@@ -16,12 +16,10 @@ import statistics
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_vs_torch import Library, flops_fwd, settle  # noqa: E402
+from gpu_vs_torch import Library, flops_fwd, fwd_against_cudnn, settle  # noqa: E402
 
 # (head dim, batch, seqlen, causal): the standard grid's cells up to 2k and one at 4k
 CELLS = [(64, 32, 512, True), (64, 16, 1024, True), (64, 8, 2048, True), (64, 32, 512, False),
@@ -53,22 +51,11 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print the kernels each contender ran")
     args = ap.parse_args()
     lib = Library(args.lib, "cuda")
-    dev = torch.device("cuda")
     print("%-4s %-9s %-6s | %9s %9s | %9s %9s | %s" % ("D", "B x S", "causal", "ours us", "TFLOP/s", "cuDNN us",
                                                        "TFLOP/s", "cuDNN time / ours"))
     for D, B, S, causal in CELLS:
         H = 2048 // D
-        q, k, v = (torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
-        out = torch.empty_like(q)
-        lse = torch.empty(B, H, S, device=dev, dtype=torch.float32)
-        lib.use_current_stream()
-        ours = lib.fwd(q, k, v, causal, out, lse)
-        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-
-        def cudnn():
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-
+        ours, cudnn = fwd_against_cudnn(lib, B, S, H, D, causal)
         fl = flops_fwd(B, H, S, D, causal)
         t_ours, what_ours = kernel_us_per_call(ours)
         t_cudnn, what_cudnn = kernel_us_per_call(cudnn)

@@ -151,6 +151,26 @@ def settle(fn, ms):
     torch.cuda.synchronize()
 
 
+def fwd_against_cudnn(lib, B, S, H, D, causal):
+    """Our forward and torch's CUDNN_ATTENTION forward of one fresh bf16
+    problem (B, S, H, D), as two callables on torch's current stream."""
+    dev = torch.device("cuda")
+    q, k, v = (torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    lse = torch.empty(B, H, S, device=dev, dtype=torch.float32)
+    lib.use_current_stream()
+    fwd = lib.fwd(q, k, v, causal, out, lse)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+    def ours(tensors=(q, k, v, out, lse)):  # holds the memory fwd's views point into
+        fwd()
+
+    def cudnn():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    return ours, cudnn
+
+
 def flops_fwd(B, H, S, D, causal):
     f = 4.0 * B * H * S * S * D
     return f / 2 if causal else f
