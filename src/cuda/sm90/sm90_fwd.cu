@@ -25,10 +25,9 @@
  * (docs/perf/sm90.md, item 36). */
 enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_N224, SM90_F8_N128, SM90_F8_D64 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
-template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, SM90_PINGPONG ? 4 : 3, BF16, 2>;
+template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
-template <bool BF16, bool SPLIT>
-using Sm90CfgD128 = Sm90FwdConfig<128, 128, SM90_PINGPONG && !SPLIT ? 3 : 2, BF16, 2, false, false, SPLIT>;
+template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
 template <bool BF16, bool SPLIT> /* O staged in the last K/V stage */
 using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT>;
 /* e4m3 in, bf16 out. Head dims up to 64 have a kernel of their own (64-byte

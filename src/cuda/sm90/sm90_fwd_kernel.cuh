@@ -107,26 +107,12 @@ struct Sm90FwdParams {
     uint16_t pair_tail_tile[SM90_PAIR_TAIL_MAX];
 };
 
-#ifndef SM90_Q_THREAD
-#define SM90_Q_THREAD 0
-#endif
-#ifndef SM90_S_JOIN
-#define SM90_S_JOIN 0
-#endif
-#ifndef SM90_PINGPONG
-#define SM90_PINGPONG 0
-#endif
-#ifndef SM90_EXP_PIN
-#define SM90_EXP_PIN 0
-#endif
-
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
  * staging buffer (none when O is staged in Q's), one q_full/q_empty pair per
  * Q buffer and four barriers per ring stage, and 1 KB to align the base to
  * the swizzle atom. */
 constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes) {
-    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + (2 * q_bufs + 4 * stages) * 8 +
-           (SM90_EXP_PIN ? 8 : 0) + 1024;
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
@@ -172,13 +158,10 @@ struct Sm90FwdConfig {
      * consumer 0 in the K buffer, consumer 1 in the V buffer, and frees that
      * stage once its store has read it; the next tile's first block uses the
      * other stage, so only its second load waits for the store. */
-    /* experiment (SM90_PINGPONG): the three-stage head-dim-128 ping-pong
-     * kernel stages each consumer's O in its own rows of the one Q buffer */
-    static constexpr bool O_IN_Q = SM90_PINGPONG && STAGES == 3 && D == 128 && !FP8 && CONSUMERS == 2;
-    static constexpr bool O_IN_RING = !O_IN_Q && (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
+    static constexpr bool O_IN_RING = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
     static_assert(!O_IN_RING || (CONSUMERS == 2 && STAGES >= 2 && BN == 64 && 64 * D * 2 == KV_BYTES),
                   "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
-    static constexpr int O_STAGE_BYTES = O_IN_RING || O_IN_Q ? 0 : O_BYTES;
+    static constexpr int O_STAGE_BYTES = O_IN_RING ? 0 : O_BYTES;
     static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : BM * 128; /* bytes between staged O's slabs */
     /* Two Q buffers where they fit: the next tile's Q loads while this tile
      * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
@@ -210,15 +193,17 @@ struct Sm90FwdConfig {
      * registers); not for e4m3, where a second P fits only with shorter
      * blocks, which lose more than the wait costs (item 40). */
     static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS == 2)) ? 2 : 1;
-    /* The exponentials as a second turn (a ring of named barriers, like the
-     * GEMMs'): a consumer takes it between its row max and its exp2s and
-     * hands it on after them, so that one consumer's exponentials run while
-     * the other is in its GEMM turn and row max. Measured +0.2..+2.3% for
-     * the two-consumer head-dim-64 kernel (masked problems up to 2k
-     * queries), level or worse for the others (docs/perf/sm90.md, item 53). */
-    static constexpr bool PINGPONG = SM90_PINGPONG && !FP8 && CONSUMERS == 2 && (D == 128 || D == 64) &&
-                                     !SPLIT_TAIL_ && !JOIN_;
-    static constexpr bool EXP_TURN = (!FP8 && D == 64 && CONSUMERS == 2) || PINGPONG;
+    /* A second ring of named barriers, meant to make the exponentials a
+     * turn of their own: a consumer syncs on it after its row max and
+     * hands it on after its exp2s. ptxas moves register-only instructions
+     * across bar.sync and bar.arrive, and the SASS has the arrive a few
+     * instructions after the sync, so what runs is a second handshake
+     * between the consumers once per block, the exponentials outside it.
+     * Measured +0.2..+2.3% for the two-consumer head-dim-64 kernel (masked
+     * problems up to 2k queries), level or worse for the others; holding
+     * the exponentials inside it (a shared-memory load and store pinning
+     * them) measured 0.8-1.6% slower (docs/perf/sm90.md, items 53, 83, 84). */
+    static constexpr bool EXP_TURN = !FP8 && D == 64 && CONSUMERS == 2;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
     /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
@@ -271,12 +256,6 @@ struct Sm90FwdConfig {
      * problems (docs/perf/sm90.md, item 74). */
     static constexpr bool STEADY_UNMASKED_OWN_KERNEL = FP8 && BN == 224;
     static constexpr bool STEADY_MASKS = true;
-    /* Experiment knobs (off by default). Q_OWN_THREAD: a third producer
-     * thread loads Q, a tile ahead where two Q buffers allow. S_JOIN: the
-     * next tile's first S goes out in the turn of this tile's last P V,
-     * before it, and its softmax runs before this tile's epilogue. */
-    static constexpr bool Q_OWN_THREAD = SM90_Q_THREAD;
-    static constexpr bool S_JOIN = SM90_S_JOIN && P_BUFS == 2 && !SPLIT_TAIL && !O_IN_RING && !JOIN;
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -285,8 +264,7 @@ struct Sm90FwdConfig {
     static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + O_STAGE_BYTES;
     static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
     static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES);
-    static constexpr int OFF_PIN = OFF_BAR + NUM_BARS * 8; /* two words: a zero, and a sink (sm90_scores_to_probs) */
-    static_assert(SMEM_BYTES == OFF_PIN + (SM90_EXP_PIN ? 8 : 0) + 1024, "the offsets above and the plan's size agree");
+    static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
     /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */
@@ -491,17 +469,15 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
  * the other V. Each waits only on its own ring, so a K load is never queued
  * behind a V load that waits for a P V to finish: K is needed a turn before
  * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). */
-enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2 };
+enum { LOAD_Q_K = 0, LOAD_V = 1 };
 
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
     uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
-    if constexpr (ROLE == LOAD_Q) {
+    if constexpr (ROLE == LOAD_Q_K) {
         tma_prefetch_map(&p.tm_q);
-    } else if constexpr (ROLE == LOAD_Q_K) {
-        if (!Cfg::Q_OWN_THREAD) tma_prefetch_map(&p.tm_q);
         tma_prefetch_map(&p.tm_k);
         tma_prefetch_map(&p.tm_o);
     } else {
@@ -519,7 +495,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         int kv_head = tile.head / p.q_per_kv;
         /* A fresh barrier counts as having completed the phase before phase 0,
          * so the first wait on an "empty" barrier uses parity 1 and passes. */
-        if constexpr (ROLE == (Cfg::Q_OWN_THREAD ? LOAD_Q : LOAD_Q_K)) {
+        if constexpr (ROLE == LOAD_Q_K) {
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
             mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
             mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
@@ -532,7 +508,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
          * them, and their V rows meet P = 0. Not unrolled: the producer has
          * only PRODUCER_REGS registers. */
 #pragma unroll 1
-        for (int n = tile.n_hi - 1; ROLE != LOAD_Q && n >= tile.n_lo; --n, ++it) {
+        for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
             uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
             if constexpr (ROLE == LOAD_Q_K) {
                 mbar_wait(&k_empty[stage], parity);
@@ -961,27 +937,18 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
 }
 
 /* Block n's scores to probabilities: softcap, mask, the online softmax; with
- * EXP_TURN the exponentials wait for this consumer's turn (barrier my_exp)
- * and then hand it on (next_exp); the ids are made once, outside the loop. */
+ * EXP_TURN a handshake between the consumers (sync on my_exp, arrive on
+ * next_exp) brackets the exponentials in the source, though ptxas does not
+ * keep them inside it (see EXP_TURN); the ids are made once, outside the
+ * loop. */
 template <class Cfg, bool MAY_MASK = true>
 __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
                                                      float *row_max, float *row_sum, float *rescale, int quad_col,
-                                                     int my_exp, int next_exp, uint32_t pin_addr = 0) {
+                                                     int my_exp, int next_exp) {
     float sub[2];
     sm90_scores_to_max<Cfg, MAY_MASK>(S, p, r, n, row_max, rescale, sub, quad_col);
     if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, TURN_THREADS);
-    if constexpr (Cfg::EXP_TURN && SM90_EXP_PIN) {
-        /* ptxas moves register-only work across bar.sync and bar.arrive, so
-         * without these the exponentials leave the turn: each exponential
-         * takes a zero loaded after the barrier, and the arrive follows a
-         * store of the row sums (shared-memory accesses stay in order with
-         * the barriers). */
-        const float zero = ld_shared_f32(pin_addr);
-        sub[0] += zero;
-        sub[1] += zero;
-    }
     sm90_softmax_exp<Cfg>(S, sub, rescale, row_sum, r.s_log2);
-    if constexpr (Cfg::EXP_TURN && SM90_EXP_PIN) st_shared_f32(pin_addr + 4, row_sum[0] + row_sum[1]);
     if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, TURN_THREADS);
 }
 
@@ -1042,7 +1009,7 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
         /* Last rows of a varlen sequence: the map's row bound is the packed
          * tensor's, not the sequence's, so store row by row. */
         if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
-        if constexpr (Cfg::O_IN_RING || Cfg::O_IN_Q) {
+        if constexpr (Cfg::O_IN_RING) {
             named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read its rows of the stage */
             if (tid == 0) mbar_arrive(stage_empty);
         }
@@ -1051,7 +1018,7 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
             tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.q_row0 + wg_row0, tile.head,
                          tile.map_b);
         tma_store_commit();
-        if (Cfg::O_IN_RING || Cfg::O_IN_Q) {
+        if (Cfg::O_IN_RING) {
             tma_store_wait_read(); /* the stage goes back to the producer once the store has read it */
             mbar_arrive(stage_empty);
         }
@@ -1138,7 +1105,6 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
      * hand the turn to the next warpgroup. */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
     const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
-    const uint32_t pin_addr = smem_addr(smem + Cfg::OFF_PIN);
 
     Sm90Tile tile, next_tile;
     int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile<Cfg>(p), wg, tid, &tile);
@@ -1202,7 +1168,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
-            sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp, pin_addr);
+            sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
             if (!Cfg::LATE_PV_RETIRE) sm90_pack_p<Cfg>(P[0], S); /* no P V in flight yet */
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
@@ -1235,7 +1201,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[st], n == tile.n_lo, wg, tid);
-                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp, pin_addr);
+                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
                     sm90_pack_p<Cfg>(P[BUF ^ 1], S); /* the buffer no P V reads now */
                     o_started = 1;
                     --n;
@@ -1272,7 +1238,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
                     sm90_scores_to_probs<Cfg, Cfg::STEADY_MASKS>(S, p, rows, n, row_max, row_sum, rescale, quad_col,
-                                                                 my_exp, next_exp, pin_addr);
+                                                                 my_exp, next_exp);
                     if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, 1);
                     o_started = 1;
                     pv_stage = prev_stage;
@@ -1355,229 +1321,6 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     if (tid == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
 }
 
-/* The consumer with PINGPONG: no pipeline inside a warpgroup. Per kv block
- * a consumer issues S = Q K^T and waits for it, takes the row max, then its
- * exponentials in the exponentials' turn, then issues P V and waits for
- * it. The turn alternates the consumers' softmaxes, so one's GEMMs run
- * while the other's exponentials do; no GEMM waits for a turn. A tile
- * boundary adds only the epilogue to a consumer's chain. */
-template <class Cfg>
-__device__ __forceinline__ void sm90_consumer_pingpong(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int wg) {
-    static_assert(Cfg::EXP_TURN && (Cfg::Q_BUFS == 2 || Cfg::O_IN_Q) && !Cfg::O_IN_RING && !Cfg::SPLIT_TAIL && !Cfg::JOIN,
-                  "ping-pong: the exponentials' turn, two Q buffers, O in its own buffer");
-    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
-    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
-    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
-    const int tid = threadIdx.x % 128;
-    const int quad_col = 2 * (tid % 4);
-    const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * Cfg::QK_SW; /* this warpgroup's rows */
-    const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
-    uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128;
-    const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
-    const uint32_t pin_addr = smem_addr(smem + Cfg::OFF_PIN);
-
-    Sm90Tile tile, next_tile;
-    int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile<Cfg>(p), wg, tid, &tile);
-    if (t < p.num_tiles) {
-        if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_EXP0, TURN_THREADS); /* consumer 0's exponentials first */
-        float O[Cfg::D / 2];
-        float S[Cfg::BN / 2];
-        uint32_t P[Cfg::P_REGS];
-        float row_max[2], row_sum[2], rescale[2];
-        uint32_t it = 0, tile_iter = 0;
-        for (;;) {
-            const Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
-            const uint32_t qb = tile_iter % Cfg::Q_BUFS;
-            const uint32_t q_addr = q_base + qb * Cfg::Q_BYTES;
-            mbar_wait(&q_full[qb], (tile_iter / Cfg::Q_BUFS) & 1);
-            row_max[0] = row_max[1] = -INFINITY;
-            row_sum[0] = row_sum[1] = 0.f;
-            int t_next = p.num_tiles;
-#pragma unroll 1
-            for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
-                const uint32_t st = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
-                const int o_started = n < tile.n_hi - 1;
-                mbar_wait(&k_full[st], parity);
-                sm90_issue_qk<Cfg>(S, q_addr, k_base + st * Cfg::KV_BYTES);
-                wgmma_wait<0>();
-                fence_regs<Cfg::BN / 2>(S);
-                sm90_free_k_stage<Cfg>(&k_empty[st], n == tile.n_lo, wg, tid);
-                if (!Cfg::O_IN_Q && n == tile.n_lo && tid == 0) mbar_arrive(&q_empty[qb]); /* Q's last reader */
-                sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp, pin_addr);
-                if (o_started) sm90_rescale_o<Cfg>(O, rescale); /* no P V in flight: O is ours */
-                sm90_pack_p<Cfg>(P, S);
-                mbar_wait(&v_full[st], parity);
-                sm90_issue_pv<Cfg>(O, P, v_base + st * Cfg::KV_BYTES, o_started);
-                /* the next tile, found while the tile's last P V runs */
-                if (n == tile.n_lo)
-                    t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
-                wgmma_wait<0>();
-                fence_regs<Cfg::D / 2>(O);
-                if (tid == 0) mbar_arrive(&v_empty[st]);
-            }
-            /* O_IN_Q: O in this consumer's Q rows, whose buffer goes back to
-             * the producer once the store has read them */
-            sm90_epilogue<Cfg>(p, tile, O, row_max, row_sum, rows.s_log2,
-                               Cfg::O_IN_Q ? smem + Cfg::OFF_Q + wg * 64 * 128 : o_buf,
-                               Cfg::O_IN_Q ? &q_empty[0] : nullptr, wg, tid);
-            ++tile_iter;
-            if (t_next >= p.num_tiles) break;
-            t = t_next;
-            tile = next_tile;
-        }
-    }
-    if (tid == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
-}
-
-/* The consumer with S_JOIN (two P buffers): a CTA's tiles as one stream of
- * turns. The turn that issues a tile's last P V first issues the next
- * tile's first S = Q K^T (its Q is in the other buffer); the next tile's
- * first softmax then runs while that P V does, and the finished tile's
- * epilogue follows it. A tile boundary then adds the epilogue to one
- * consumer's chain, and no turn of its own. */
-template <class Cfg>
-__device__ __forceinline__ void sm90_consumer_joined(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int wg) {
-    static_assert(Cfg::P_BUFS == 2 && Cfg::Q_BUFS == 2 && !Cfg::O_IN_RING && !Cfg::SPLIT_TAIL && !Cfg::JOIN,
-                  "the S-first join: two P and two Q buffers, O in its own buffer");
-    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
-    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
-    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
-    const int tid = threadIdx.x % 128;
-    const int quad_col = 2 * (tid % 4);
-    const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * Cfg::QK_SW; /* this warpgroup's rows */
-    const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
-    uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128;
-    const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
-    const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
-    const uint32_t pin_addr = smem_addr(smem + Cfg::OFF_PIN);
-
-    Sm90Tile tile, done; /* the tile whose blocks run; the one whose O the epilogue writes */
-    int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile<Cfg>(p), wg, tid, &tile);
-    if (t < p.num_tiles) {
-        if (wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_TURN0, TURN_THREADS); /* consumer 0 goes first */
-        if (Cfg::EXP_TURN && wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_EXP0, TURN_THREADS);
-
-        float O[Cfg::D / 2];
-        float S[Cfg::BN / 2];
-        uint32_t P[2][Cfg::P_REGS];
-        float row_max[2], row_sum[2], rescale[2], done_max[2], done_sum[2];
-        uint32_t it = 0, tile_iter = 0, done_stage = 0; /* done_stage: V stage of the done tile's last P V */
-        bool more = true; /* the S in flight is tile's first (else a stale one, after the CTA's last tile) */
-        Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
-
-        /* The CTA's first S in a turn of its own. The empty commit group after
-         * it stands for the P V a joined turn issues after its S, so the tile
-         * top below waits alike for both. */
-        mbar_wait(&q_full[0], 0);
-        mbar_wait(&k_full[0], 0);
-        named_bar_sync(my_turn, TURN_THREADS);
-        sm90_issue_qk<Cfg>(S, q_base, k_base);
-        wgmma_commit();
-        named_bar_arrive(next_turn, TURN_THREADS);
-
-        for (;;) {
-            /* The tile's first (highest) block: its S is done; the done tile's
-             * last P V may still run. */
-            wgmma_wait<1>();
-            fence_regs<Cfg::BN / 2>(S);
-            if (more) {
-                sm90_free_k_stage<Cfg>(&k_empty[it % Cfg::STAGES], tile.n_hi - 1 == tile.n_lo, wg, tid);
-                row_max[0] = row_max[1] = -INFINITY;
-                row_sum[0] = row_sum[1] = 0.f;
-                sm90_scores_to_probs<Cfg>(S, p, rows, tile.n_hi - 1, row_max, row_sum, rescale, quad_col, my_exp,
-                                          next_exp, pin_addr);
-                sm90_pack_p<Cfg>(P[0], S);
-            }
-            wgmma_wait<0>(); /* the done tile's last P V */
-            fence_regs<Cfg::D / 2>(O);
-            if (tile_iter > 0) {
-                if (tid == 0) mbar_arrive(&v_empty[done_stage]);
-                sm90_epilogue<Cfg>(p, done, O, done_max, done_sum, rows.s_log2, o_buf, nullptr, wg, tid);
-            }
-            if (!more) break;
-            const uint32_t qb = tile_iter % Cfg::Q_BUFS;
-            const uint32_t q_addr = q_base + qb * Cfg::Q_BYTES;
-            ++it;
-            int o_started = 0, newest_p = 0;
-            int n = tile.n_hi - 2;
-            auto retire_pv = [&](uint32_t pv_stage, int pv_in_flight) {
-                wgmma_wait<0>();
-                fence_regs<Cfg::D / 2>(O);
-                if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
-            };
-            /* Steady state, as in sm90_consumer: S_n and P_{n+1} V_{n+1} in one turn. */
-            auto steady_block = [&](auto buf) {
-                constexpr int BUF = decltype(buf)::value;
-                const uint32_t st = it % Cfg::STAGES, prev = it - 1, prev_st = prev % Cfg::STAGES;
-                mbar_wait(&k_full[st], (it / Cfg::STAGES) & 1);
-                retire_pv((it - 2) % Cfg::STAGES, o_started);
-                named_bar_sync(my_turn, TURN_THREADS);
-                sm90_issue_qk<Cfg>(S, q_addr, k_base + st * Cfg::KV_BYTES);
-                if (o_started) sm90_rescale_o<Cfg>(O, rescale);
-                mbar_wait(&v_full[prev_st], (prev / Cfg::STAGES) & 1);
-                sm90_issue_pv<Cfg>(O, P[BUF], v_base + prev_st * Cfg::KV_BYTES, o_started);
-                named_bar_arrive(next_turn, TURN_THREADS);
-                wgmma_wait<1>();
-                fence_regs<Cfg::BN / 2>(S);
-                sm90_free_k_stage<Cfg>(&k_empty[st], n == tile.n_lo, wg, tid);
-                sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp, pin_addr);
-                sm90_pack_p<Cfg>(P[BUF ^ 1], S);
-                o_started = 1;
-                --n;
-                ++it;
-            };
-            for (;;) {
-                if (n < tile.n_lo) break;
-                steady_block(PBuf<0>{});
-                newest_p = 1;
-                if (n < tile.n_lo) break;
-                steady_block(PBuf<1>{});
-                newest_p = 0;
-            }
-
-            /* Q's last reader, the tile's last S, has completed. */
-            if (tid == 0) mbar_arrive(&q_empty[qb]);
-            Sm90Tile next_tile;
-            const int t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
-            more = t_next < p.num_tiles;
-            const uint32_t last_stage = (it - 1) % Cfg::STAGES, last_parity = ((it - 1) / Cfg::STAGES) & 1;
-            const uint32_t next_qb = (tile_iter + 1) % Cfg::Q_BUFS;
-            mbar_wait(&v_full[last_stage], last_parity);
-            retire_pv((it - 2) % Cfg::STAGES, o_started);
-            /* the newest P into buffer 1: the next tile's first P goes to buffer 0 */
-            if (!newest_p)
-#pragma unroll
-                for (int i = 0; i < Cfg::P_REGS; ++i) P[1][i] = P[0][i];
-            if (more) {
-                mbar_wait(&q_full[next_qb], ((tile_iter + 1) / Cfg::Q_BUFS) & 1);
-                mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
-            }
-            named_bar_sync(my_turn, TURN_THREADS);
-            /* The next tile's first S, then this tile's last P V. After the
-             * CTA's last tile the S reads stale buffers and is dropped: S is
-             * then issued on every path, which keeps ptxas from serialising
-             * the wgmmas. */
-            sm90_issue_qk<Cfg>(S, q_base + next_qb * Cfg::Q_BYTES, k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
-            if (o_started) sm90_rescale_o<Cfg>(O, rescale);
-            sm90_issue_pv<Cfg>(O, P[1], v_base + last_stage * Cfg::KV_BYTES, o_started);
-            named_bar_arrive(next_turn, TURN_THREADS);
-            done = tile;
-            done_max[0] = row_max[0];
-            done_max[1] = row_max[1];
-            done_sum[0] = row_sum[0];
-            done_sum[1] = row_sum[1];
-            done_stage = last_stage;
-            ++tile_iter;
-            if (more) {
-                t = t_next;
-                tile = next_tile;
-                rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
-            }
-        }
-    }
-    if (tid == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
-}
-
 /* ---- kernel ------------------------------------------------------------------- */
 
 template <class Cfg>
@@ -1599,7 +1342,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
             mbar_init(&ring[3 * Cfg::STAGES + s], Cfg::CONSUMERS); /* v_empty */
         }
         mbar_fence_init();
-        if (SM90_EXP_PIN) *reinterpret_cast<float *>(smem + Cfg::OFF_PIN) = 0.f; /* sm90_scores_to_probs' zero */
     }
     __syncthreads();
     /* broadcast from lane 0: the compiler then knows the warpgroup index (and
@@ -1611,15 +1353,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         /* lane 0 of warps 0 and 1: the Q/K and the V loader */
         if (threadIdx.x == 0) sm90_producer<Cfg, LOAD_Q_K>(p, smem, bars);
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
-        if (Cfg::Q_OWN_THREAD && threadIdx.x == 64) sm90_producer<Cfg, LOAD_Q>(p, smem, bars);
     } else {
         regs_alloc<Cfg::CONSUMER_REGS>();
-        if constexpr (Cfg::PINGPONG)
-            sm90_consumer_pingpong<Cfg>(p, smem, bars, wg - 1);
-        else if constexpr (Cfg::S_JOIN)
-            sm90_consumer_joined<Cfg>(p, smem, bars, wg - 1);
-        else
-            sm90_consumer<Cfg>(p, smem, bars, wg - 1);
+        sm90_consumer<Cfg>(p, smem, bars, wg - 1);
     }
 }
 
