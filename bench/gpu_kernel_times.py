@@ -6,7 +6,11 @@ the durations of every kernel and memset they launch are summed per call.
 
 This leaves out what lies between kernels (launch gaps, host work the GPU
 waits for), which bench/gpu_vs_torch.py's timings include; comparing the two
-says how much of a cell's ratio is the kernels and how much the calls.
+says how much of a cell's ratio is the kernels and how much the calls. Two
+more figures per contender say where the difference lies: the span of the
+profiled calls on the GPU (first kernel's start to last kernel's end, per
+call: the kernels and the gaps between them), and the same 30 calls timed
+with CUDA events without the profiler, right after.
 
     python3 bench/gpu_kernel_times.py [--lib build/libflashattn.so]
 """
@@ -30,19 +34,33 @@ CALLS = 30
 
 
 def kernel_us_per_call(fn):
-    """Summed GPU durations per call, and a short list of what ran."""
+    """Per call: summed GPU durations, the GPU span (kernels and the gaps
+    between them) under the profiler, and the time of the same number of
+    calls by CUDA events without it; and a short list of what ran."""
     settle(fn, 150.0)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(CALLS):
             fn()
         torch.cuda.synchronize()
     by_name = {}
+    first, last = float("inf"), float("-inf")
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             by_name.setdefault(e.name, []).append(e.device_time_total)
+            first = min(first, e.time_range.start)  # microseconds, on the GPU's timeline
+            last = max(last, e.time_range.end)
     total = sum(sum(v) for v in by_name.values()) / CALLS
+    span = (last - first) / CALLS
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()  # the first timed call's host work then overlaps this one's kernels
+    start.record()
+    for _ in range(CALLS):
+        fn()
+    end.record()
+    end.synchronize()
+    events = start.elapsed_time(end) * 1e3 / CALLS
     what = "; ".join("%s x%d median %.1f us" % (n[:70], len(v), statistics.median(v)) for n, v in by_name.items())
-    return total, what
+    return total, span, events, what
 
 
 def main():
@@ -51,17 +69,18 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print the kernels each contender ran")
     args = ap.parse_args()
     lib = Library(args.lib, "cuda")
-    print("%-4s %-9s %-6s | %9s %9s | %9s %9s | %s" % ("D", "B x S", "causal", "ours us", "TFLOP/s", "cuDNN us",
-                                                       "TFLOP/s", "cuDNN time / ours"))
+    print("us per call: kernels (summed durations) / span (kernels and gaps, profiled) / events (not profiled)")
+    print("%-4s %-9s %-6s | %-23s %9s | %-23s %9s | %s" % ("D", "B x S", "causal", "ours us", "TFLOP/s", "cuDNN us",
+                                                           "TFLOP/s", "cuDNN kernels / ours"))
     for D, B, S, causal in CELLS:
         H = 2048 // D
         ours, cudnn = fwd_against_cudnn(lib, B, S, H, D, causal)
         fl = flops_fwd(B, H, S, D, causal)
-        t_ours, what_ours = kernel_us_per_call(ours)
-        t_cudnn, what_cudnn = kernel_us_per_call(cudnn)
-        print("%-4d %-9s %-6s | %9.1f %9.0f | %9.1f %9.0f | %.3f" % (
-            D, "%dx%d" % (B, S), "yes" if causal else "no", t_ours, fl / t_ours / 1e6, t_cudnn,
-            fl / t_cudnn / 1e6, t_cudnn / t_ours))
+        t_ours, s_ours, e_ours, what_ours = kernel_us_per_call(ours)
+        t_cudnn, s_cudnn, e_cudnn, what_cudnn = kernel_us_per_call(cudnn)
+        print("%-4d %-9s %-6s | %7.1f %7.1f %7.1f %9.0f | %7.1f %7.1f %7.1f %9.0f | %.3f" % (
+            D, "%dx%d" % (B, S), "yes" if causal else "no", t_ours, s_ours, e_ours, fl / t_ours / 1e6, t_cudnn,
+            s_cudnn, e_cudnn, fl / t_cudnn / 1e6, t_cudnn / t_ours))
         if args.verbose:
             print("    ours:  " + what_ours)
             print("    cuDNN: " + what_cudnn)
