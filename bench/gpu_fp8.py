@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_vs_torch import Library, flops_fwd, settle, time_ms  # noqa: E402
+from gpu_vs_torch import FlashAttn, flops_fwd, settle, time_ms  # noqa: E402
 
 
 def median_ms(fn, reps, burst, settle_ms):
@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--burst", type=int, default=10)
     ap.add_argument("--settle-ms", type=float, default=300.0)
     args = ap.parse_args()
-    lib = Library(args.lib, "cuda")
+    lib = FlashAttn(args.lib, "cuda")
     lib.use_current_stream()
     print("# %s, torch %s" % (torch.cuda.get_device_name(), torch.__version__))
     gemm = gemm_tflops(args.reps, args.burst, args.settle_ms)

@@ -21,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_vs_torch import Library, fwd_against_cudnn  # noqa: E402
+from gpu_vs_torch import FlashAttn, fwd_against_cudnn  # noqa: E402
 
 # (batch, seqlen, heads, head dim, causal): a tiny call, and the standard
 # grid's shortest causal cell
@@ -46,7 +46,7 @@ def main():
     ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
     ap.add_argument("--calls", type=int, default=2000)
     args = ap.parse_args()
-    lib = Library(args.lib, "cuda")
+    lib = FlashAttn(args.lib, "cuda")
     print("%-22s %-6s | %13s | %18s" % ("B x S x H x D", "who", "host us/call", "with sync us/call"))
     for B, S, H, D, causal in PROBLEMS:
         ours, cudnn = fwd_against_cudnn(lib, B, S, H, D, causal)

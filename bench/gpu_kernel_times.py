@@ -23,7 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_vs_torch import Library, flops_fwd, fwd_against_cudnn, settle  # noqa: E402
+from gpu_vs_torch import FlashAttn, flops_fwd, fwd_against_cudnn, settle, time_ms  # noqa: E402
 
 # (head dim, batch, seqlen, causal): the standard grid's cells up to 2k and one at 4k
 CELLS = [(64, 32, 512, True), (64, 16, 1024, True), (64, 8, 2048, True), (64, 32, 512, False),
@@ -51,14 +51,7 @@ def kernel_us_per_call(fn):
             last = max(last, e.time_range.end)
     total = sum(sum(v) for v in by_name.values()) / CALLS
     span = (last - first) / CALLS
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    fn()  # the first timed call's host work then overlaps this one's kernels
-    start.record()
-    for _ in range(CALLS):
-        fn()
-    end.record()
-    end.synchronize()
-    events = start.elapsed_time(end) * 1e3 / CALLS
+    events = time_ms(fn, CALLS) * 1e3  # gpu_vs_torch's back-to-back timing
     what = "; ".join("%s x%d median %.1f us" % (n[:70], len(v), statistics.median(v)) for n, v in by_name.items())
     return total, span, events, what
 
@@ -68,7 +61,7 @@ def main():
     ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
     ap.add_argument("--verbose", action="store_true", help="print the kernels each contender ran")
     args = ap.parse_args()
-    lib = Library(args.lib, "cuda")
+    lib = FlashAttn(args.lib, "cuda")
     print("us per call: kernels (summed durations) / span (kernels and gaps, profiled) / events (not profiled)")
     print("%-4s %-9s %-6s | %-23s %9s | %-23s %9s | %s" % ("D", "B x S", "causal", "ours us", "TFLOP/s", "cuDNN us",
                                                            "TFLOP/s", "cuDNN kernels / ours"))

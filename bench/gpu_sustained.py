@@ -23,8 +23,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import gpu_vs_torch as g  # noqa: E402
 
@@ -59,8 +57,7 @@ def main():
     ap.add_argument("--cells", default="128:0:1:16384,128:0:4:4096,64:1:16:1024")
     args = ap.parse_args()
 
-    lib = g.Library(args.lib, "cuda")
-    lib.use_current_stream()
+    lib = g.FlashAttn(args.lib, "cuda")
     samples = tempfile.NamedTemporaryFile(mode="w", suffix=".csv", delete=False)
     csv = samples.name
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader",
@@ -70,18 +67,9 @@ def main():
         for cell in args.cells.split(","):
             D, causal, B, S = (int(x) for x in cell.split(":"))
             H = 2048 // D
-            mk = lambda: torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16)
-            q, k, v = mk(), mk(), mk()
-            out = torch.empty_like(q)
-            lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-
-            def cudnn():
-                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
-
+            ours, cudnn = g.fwd_against_cudnn(lib, B, S, H, D, bool(causal))
             flops = g.flops_fwd(B, H, S, D, bool(causal))
-            for name, fn in (("ours", lib.fwd(q, k, v, causal, out, lse)), ("cudnn", cudnn)):
+            for name, fn in (("ours", ours), ("cudnn", cudnn)):
                 for _ in range(3):
                     fn()
                 torch.cuda.synchronize()
@@ -92,7 +80,7 @@ def main():
                     times.append(g.time_ms(fn, 20))
                 windows.append((cell, name, t0, datetime.datetime.now(), flops / times[0] / 1e9,
                                 flops / statistics.median(times[len(times) // 3:]) / 1e9))
-            del q, k, v, out, lse
+            del ours, cudnn, fn  # the problem's tensors, held by the two callables
             torch.cuda.empty_cache()
     finally:
         time.sleep(0.1)

@@ -74,7 +74,7 @@ def fa_view(t):
     return x
 
 
-class Library:
+class FlashAttn:
     def __init__(self, path, backend):
         self.lib = ctypes.CDLL(path)
         L = self.lib
@@ -262,7 +262,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
 
-    lib = Library(args.lib, args.backend)
+    lib = FlashAttn(args.lib, args.backend)
     if args.quick:
         sizes = [(16, 1024), (4, 4096), (1, 16384)]
     else:
