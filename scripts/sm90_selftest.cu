@@ -636,7 +636,7 @@ static int check_fp8(bool small) {
             cases.push_back({1, 203, 113, 2, 2, D, 1, 1, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({1, 203, 113, 2, 2, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({2, 1023, 1024, 4, 1, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
-            /* masked problems past 1024 queries take the 224-key blocks */
+            /* masked problems past 1024 queries take the three-consumer kernel */
             cases.push_back({1, 1500, 1700, 2, 1, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({1, 1500, 1300, 2, 2, D, 1, 1, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({1, 1100, 1300, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
@@ -645,7 +645,7 @@ static int check_fp8(bool small) {
             cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, true, 3.f, 0});
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, true, 4.f, 0});
             cases.push_back({2, 8, 3100, 99, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* a partial last wave */
-            /* a partial last wave that the 224-key kernel splits (sm90_split_plan) */
+            /* a partial last wave that the three-consumer kernel splits (sm90_split_plan) */
             if (D != 128) cases.push_back({2, 8, 6200, 71, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         }
     }

@@ -18,12 +18,11 @@
  * warpgroups = query rows / 64, e4m3, joined tile boundaries). Head dim 64 is
  * softmax-bound, so three consumers share the tensor cores there, except for
  * short masked problems where 192-row tiles leave the machine unbalanced; only
- * with three consumers does joining tile boundaries pay. e4m3 takes 224-key
- * blocks (an e4m3 key costs half the shared memory of a 16-bit one, and the
- * per-block softmax work amortises over more keys), except for short masked
- * problems, where a causal tile's last block would be mostly hidden
- * (docs/perf/sm90.md, item 36). */
-enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_N224, SM90_F8_N128, SM90_F8_D64 };
+ * with three consumers does joining tile boundaries pay (but for e4m3 at head
+ * dim 128). e4m3 at head dim 128 has three consumers too, with P in shared
+ * memory (Sm90FwdConfig::P_SMEM), except for short masked problems, where
+ * it keeps two and 128-row tiles (docs/perf/sm90.md, items 36, 87, 88). */
+enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
@@ -34,14 +33,14 @@ using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT>;
  * Q and K rows, so no zero columns are multiplied) with three consumers and
  * joined tile boundaries: like bf16 at head dim 64, it is bound by the
  * exponentials, not the tensor cores (docs/perf/sm90.md, item 38). */
-template <bool SPLIT> using Sm90CfgF8N224 = Sm90FwdConfig<128, 224, 2, true, 2, true, false, SPLIT>;
+template <bool SPLIT> using Sm90CfgF8M192 = Sm90FwdConfig<128, 128, 2, true, 3, true, false, SPLIT>;
 using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
 using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
     if (p->dtype == FA_F8_E4M3) {
         if (p->D <= 64) return SM90_F8_D64;
-        return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_N224;
+        return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_M192;
     }
     switch (sm90_padded_head_dim(p->D)) {
     case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41 */
@@ -58,10 +57,12 @@ struct Sm90Shape {
     int vt_slab_keys; /* e4m3: keys per V^T box (VT_SLAB_KEYS) */
     int vt_rows;      /* e4m3: head-dim rows per V^T box (the kernel's D) */
     int pair_tail;    /* the kernel deals a paired order's tail (PAIR_TAIL) */
+    int split_unmasked_only; /* its split-tail kernel takes only unmasked, uncapped problems */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
-    return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL};
+    return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL,
+                     Cfg::SPLIT_UNMASKED_ONLY};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -71,7 +72,7 @@ static Sm90Shape sm90_shape(sm90_variant v) {
     case SM90_D64_M128: return sm90_shape_of<Sm90CfgD64M128<true>>();
     case SM90_D128: return sm90_shape_of<Sm90CfgD128<true, false>>();
     case SM90_D256: return sm90_shape_of<Sm90CfgD256<true, false>>();
-    case SM90_F8_N224: return sm90_shape_of<Sm90CfgF8N224<false>>();
+    case SM90_F8_M192: return sm90_shape_of<Sm90CfgF8M192<false>>();
     case SM90_F8_N128: return sm90_shape_of<Sm90CfgF8N128>();
     case SM90_F8_D64: return sm90_shape_of<Sm90CfgF8D64>();
     }
@@ -81,7 +82,7 @@ static Sm90Shape sm90_shape(sm90_variant v) {
 /* Whether the variant has a kernel with the split tail (sm90_split_plan):
  * not head dim 64's (its three-consumer kernel spills with the merge, in
  * 16-bit and e4m3 alike), nor e4m3's 128-key kernel (masked problems only). */
-static int sm90_has_split_tail(sm90_variant v) { return v == SM90_D128 || v == SM90_D256 || v == SM90_F8_N224; }
+static int sm90_has_split_tail(sm90_variant v) { return v == SM90_D128 || v == SM90_D256 || v == SM90_F8_M192; }
 
 /* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key chunks). */
 static int64_t sm90_fp8_vt_keys(const fa_problem *p) { return (p->Sk + 31) / 32 * 32; }
@@ -194,15 +195,18 @@ struct Sm90SplitPlan {
 
 static size_t sm90_align256(size_t n) { return (n + 255) / 256 * 256; }
 
+static bool sm90_only_last_block_masked(const fa_problem *p);
+
 static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k, int grid) {
     Sm90SplitPlan s;
     memset(&s, 0, sizeof s);
     if (k.paired || p->window_left < FA_UNBOUNDED || p->cu_seqlens_q) return s; /* tiles of unequal work */
     const sm90_variant v = sm90_pick(p);
     if (!sm90_has_split_tail(v)) return s;
+    const Sm90Shape shape = sm90_shape(v);
+    if (shape.split_unmasked_only && (k.softcap_pre != 0.f || !sm90_only_last_block_masked(p))) return s;
     const int tail = k.num_tiles % grid;
     if (k.num_tiles <= grid || tail == 0) return s;
-    const Sm90Shape shape = sm90_shape(v);
     const int64_t blocks = (p->Sk + shape.bn - 1) / shape.bn;
     const int64_t work = (int64_t)tail * blocks;
     if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
@@ -472,17 +476,22 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
 
 /* Cfg's kernel, or its softcap instance where it has one and the problem
  * has a softcap, or its instance without the steady loop's masks where it
- * has one and the problem needs none, or its varlen instance where it has
+ * has one and the problem needs none (the only instance of a split-tail
+ * kernel with SPLIT_UNMASKED_ONLY), or its varlen instance where it has
  * one and the problem is varlen (never split: sm90_split_plan). */
 template <class Cfg>
 static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
-    if constexpr (Cfg::VARLEN_OWN_KERNEL && !Cfg::SPLIT_TAIL)
-        if (p->cu_seqlens_q) return sm90_launch_instance<Sm90Varlen<Cfg>>(p, k, x);
-    if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
-        if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
-    if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
-        if (sm90_only_last_block_masked(p)) return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x);
-    return sm90_launch_instance<Cfg>(p, k, x);
+    if constexpr (Cfg::SPLIT_TAIL && Cfg::SPLIT_UNMASKED_ONLY) {
+        return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x); /* the only problems split (sm90_split_plan) */
+    } else {
+        if constexpr (Cfg::VARLEN_OWN_KERNEL && !Cfg::SPLIT_TAIL)
+            if (p->cu_seqlens_q) return sm90_launch_instance<Sm90Varlen<Cfg>>(p, k, x);
+        if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
+            if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
+        if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
+            if (sm90_only_last_block_masked(p)) return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x);
+        return sm90_launch_instance<Cfg>(p, k, x);
+    }
 }
 
 /* The SPLIT_TAIL kernel where the plan in k shares the last wave out, else
@@ -499,7 +508,7 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(p, k, x);
     case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(p, k, x);
     case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(p, k, x);
-    case SM90_F8_N224:
+    case SM90_F8_M192:
     case SM90_F8_N128:
     case SM90_F8_D64: break; /* launched by fa_sm90_fwd */
     }
@@ -541,7 +550,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
         switch (sm90_pick(p)) {
-        case SM90_F8_N224: return sm90_launch_tail<Sm90CfgF8N224<false>, Sm90CfgF8N224<true>>(p, k, x);
+        case SM90_F8_M192: return sm90_launch_tail<Sm90CfgF8M192<false>, Sm90CfgF8M192<true>>(p, k, x);
         case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(p, k, x);
         default: return sm90_launch<Sm90CfgF8N128>(p, k, x);
         }

@@ -108,11 +108,12 @@ struct Sm90FwdParams {
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
- * staging buffer (none when O is staged in Q's), one q_full/q_empty pair per
- * Q buffer and four barriers per ring stage, and 1 KB to align the base to
- * the swizzle atom. */
-constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes) {
-    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
+ * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), one
+ * q_full/q_empty pair per Q buffer and four barriers per ring stage, and 1 KB
+ * to align the base to the swizzle atom. */
+constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes,
+                                  int p_bytes) {
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
@@ -168,8 +169,15 @@ struct Sm90FwdConfig {
      * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
      * consumers only). */
     static constexpr bool JOIN = JOIN_;
+    /* P through shared memory: the P V GEMM takes P from a swizzled buffer
+     * of the warpgroup's (64 rows of BN e4m3 keys) rather than from
+     * registers. For e4m3 at head dim 128 with three consumers, whose 160
+     * registers hold O (64) and S (64) but not P beside them. */
+    static constexpr bool P_SMEM = FP8 && D == 128 && CONSUMERS == 3;
+    static_assert(!P_SMEM || BN == 128, "a P row is one 128-byte swizzle row");
+    static constexpr int P_BYTES = P_SMEM ? CONSUMERS * 64 * BN : 0;
     static constexpr int Q_BUFS =
-        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES) <= 227 * 1024 ? 2 : 1;
+        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES) <= 227 * 1024 ? 2 : 1;
     static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
      * is issued and before its P V (the FMULs then run under Q K^T), or right
@@ -251,19 +259,24 @@ struct Sm90FwdConfig {
      * masks past a tile's first block). For problems with no causal mask
      * and no window only the highest kv block can hold a hidden key (past
      * the sequence end), and it is each tile's (or tail piece's) first:
-     * the loop never runs the masked paths, which are ~20% of the 224-key
-     * e4m3 kernel's code; without them it measured +0.1..+0.8% on such
-     * problems (docs/perf/sm90.md, item 74). */
-    static constexpr bool STEADY_UNMASKED_OWN_KERNEL = FP8 && BN == 224;
+     * the loop never runs the masked paths, which were ~20% of the code of
+     * e4m3's earlier 224-key kernel; without them it measured +0.1..+0.8%
+     * on such problems (docs/perf/sm90.md, item 74). */
+    static constexpr bool STEADY_UNMASKED_OWN_KERNEL = P_SMEM;
     static constexpr bool STEADY_MASKS = true;
+    /* The split-tail kernel only as its instance without the steady loop's
+     * masks and without the softcap: the other two spill with the merge
+     * (4 bytes). The host splits only problems that instance takes. */
+    static constexpr bool SPLIT_UNMASKED_ONLY = P_SMEM;
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (not with O_IN_RING) */
-    static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES + O_STAGE_BYTES;
+    static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
+    static constexpr int OFF_BAR = OFF_P + P_BYTES;
     static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
-    static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES);
+    static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
@@ -558,20 +571,27 @@ __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_
 }
 
 /* Issue O (+)= P V (one commit group). V is [key][d] in smem: an MN-major B
- * operand whose 64-column slabs lie KV_SLAB bytes apart (the LBO). */
+ * operand whose 64-column slabs lie KV_SLAB bytes apart (the LBO). P comes
+ * from registers, or with P_SMEM from this warpgroup's buffer at p_addr. */
 template <class Cfg>
-__device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t v_addr, int accumulate) {
+__device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t p_addr, uint32_t v_addr,
+                                              int accumulate) {
     fence_regs<Cfg::D / 2>(O);
-    fence_regs<Cfg::P_REGS>(P);
+    if (!Cfg::P_SMEM) fence_regs<Cfg::P_REGS>(P);
     wgmma_fence();
     if constexpr (Cfg::FP8) {
         /* V^T is [d][key]: a K-major B operand like K in Q K^T, 32 keys (32 B) per k-step */
         const DescSw<Cfg::VT_SLAB_KEYS> vd(v_addr, 16);
+        const DescSw128 pd(p_addr, 16); /* P: K-major like Q, one 128-byte slab */
         constexpr int STEPS = Cfg::VT_SLAB_KEYS / 32; /* k-steps per slab */
 #pragma unroll
-        for (int k = 0; k < Cfg::BN / 32; ++k)
-            wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, vd.at((k / STEPS) * Cfg::VT_SLAB + (k % STEPS) * 32),
-                                              accumulate || k > 0);
+        for (int k = 0; k < Cfg::BN / 32; ++k) {
+            const uint64_t vk = vd.at((k / STEPS) * Cfg::VT_SLAB + (k % STEPS) * 32);
+            if constexpr (Cfg::P_SMEM)
+                wgmma_ss<Cfg::D, Cfg::BF16, true>(O, pd.at(k * 32), vk, accumulate || k > 0);
+            else
+                wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, vk, accumulate || k > 0);
+        }
     } else {
         const DescSw128 vd(v_addr, Cfg::KV_SLAB);
 #pragma unroll
@@ -789,6 +809,27 @@ __device__ __forceinline__ void sm90_pack_p(uint32_t *P, const float *S) {
 #pragma unroll
         for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = pack2<elem16_t<Cfg::BF16>>(S[2 * i], S[2 * i + 1]);
     }
+}
+
+/* P_SMEM: this warpgroup's packed P (sm90_pack_p's fragments) into its
+ * buffer at p_addr, in the layout Q has (64 rows of 128 bytes, 128-byte
+ * swizzle: row r's 16-byte unit u at u ^ (r % 8)). A k32 fragment's four
+ * registers are the four 8 x 16-byte matrices of one stmatrix: rows g and
+ * g + 8 of the warp's 16, bytes 0-15 and 16-31 of the 32-key chunk; lane l
+ * gives the address of row l % 8 of matrix l / 8. Then the stores are made
+ * visible to the tensor cores (async proxy); the next turn's barrier, which
+ * all 128 threads pass, orders them before the P V is issued. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_store_p(const uint32_t *P, uint32_t p_addr, int tid) {
+    const int lane = tid % 32;
+    const int row = (tid / 32) * 16 + lane % 8 + 8 * ((lane / 8) % 2); /* row % 8 == lane % 8 */
+    const uint32_t row_addr = p_addr + row * 128;
+#pragma unroll
+    for (int c = 0; c < Cfg::BN / 32; ++c) {
+        const uint32_t unit = 2 * c + lane / 16; /* this matrix's 16 bytes of the row */
+        stmatrix_x4(row_addr + ((unit ^ (lane % 8)) << 4), P[4 * c], P[4 * c + 1], P[4 * c + 2], P[4 * c + 3]);
+    }
+    fence_proxy_async_smem();
 }
 
 /* e4m3 V^T: key (within its 32-key chunk) stored at slot a of the chunk;
@@ -1101,6 +1142,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * Cfg::QK_SW; /* this warpgroup's rows */
     const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
     uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128; /* O staging: this warpgroup's 64 rows of each slab */
+    const uint32_t p_smem = smem_addr(smem + Cfg::OFF_P) + wg * 64 * 128; /* P_SMEM: this warpgroup's P */
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
      * hand the turn to the next warpgroup. */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
@@ -1150,10 +1192,15 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         };
         /* (Two P buffers take retire_pv alone: the softmax has written the
          * other buffer.) */
+        /* The newest probabilities into P (and with P_SMEM into the buffer). */
+        auto pack_p = [&]() {
+            sm90_pack_p<Cfg>(P[0], S);
+            if constexpr (Cfg::P_SMEM) sm90_store_p<Cfg>(P[0], p_smem, tid);
+        };
         auto retire_pv_and_pack = [&](uint32_t pv_stage, int pv_in_flight) {
             retire_pv(pv_stage, pv_in_flight);
             if (!Cfg::RESCALE_IN_TURN && pv_in_flight) sm90_rescale_o<Cfg>(O, rescale);
-            sm90_pack_p<Cfg>(P[0], S);
+            pack_p();
         };
 
         for (;;) {
@@ -1169,7 +1216,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
             sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
-            if (!Cfg::LATE_PV_RETIRE) sm90_pack_p<Cfg>(P[0], S); /* no P V in flight yet */
+            if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
             ++it;
@@ -1196,7 +1243,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     /* O to the max of block n + 1 while Q K^T runs */
                     if (o_started) sm90_rescale_o<Cfg>(O, rescale);
                     mbar_wait(&v_full[prev_st], (prev / Cfg::STAGES) & 1);
-                    sm90_issue_pv<Cfg>(O, P[BUF], v_base + prev_st * Cfg::KV_BYTES, o_started);
+                    sm90_issue_pv<Cfg>(O, P[BUF], p_smem, v_base + prev_st * Cfg::KV_BYTES, o_started);
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
@@ -1232,7 +1279,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                      * from the softmax to this turn */
                     if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
                     mbar_wait(&v_full[prev_stage], prev_parity);
-                    sm90_issue_pv<Cfg>(O, P[0], v_base + prev_stage * Cfg::KV_BYTES, o_started);
+                    sm90_issue_pv<Cfg>(O, P[0], p_smem, v_base + prev_stage * Cfg::KV_BYTES, o_started);
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
@@ -1278,7 +1325,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             }
             named_bar_sync(my_turn, TURN_THREADS);
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
-            sm90_issue_pv<Cfg>(O, P[0], v_base + prev_stage * Cfg::KV_BYTES, o_started);
+            sm90_issue_pv<Cfg>(O, P[0], p_smem, v_base + prev_stage * Cfg::KV_BYTES, o_started);
             if constexpr (Cfg::JOIN)
                 sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);
