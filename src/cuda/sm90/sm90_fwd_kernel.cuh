@@ -1190,13 +1190,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             fence_regs<Cfg::D / 2>(O);
             if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
         };
-        /* (Two P buffers take retire_pv alone: the softmax has written the
-         * other buffer.) */
         /* The newest probabilities into P (and with P_SMEM into the buffer). */
         auto pack_p = [&]() {
             sm90_pack_p<Cfg>(P[0], S);
             if constexpr (Cfg::P_SMEM) sm90_store_p<Cfg>(P[0], p_smem, tid);
         };
+        /* (Two P buffers take retire_pv alone: the softmax has written the
+         * other buffer.) */
         auto retire_pv_and_pack = [&](uint32_t pv_stage, int pv_in_flight) {
             retire_pv(pv_stage, pv_in_flight);
             if (!Cfg::RESCALE_IN_TURN && pv_in_flight) sm90_rescale_o<Cfg>(O, rescale);
