@@ -17,9 +17,9 @@
 /* Specialisations: (head dim, keys per block, K/V stages, bf16, consumer
  * warpgroups = query rows / 64, e4m3, joined tile boundaries). Head dim 64 is
  * softmax-bound, so three consumers share the tensor cores there, except for
- * short masked problems where 192-row tiles leave the machine unbalanced; only
- * with three consumers does joining tile boundaries pay (but for e4m3 at head
- * dim 128). e4m3 at head dim 128 has three consumers too, with P in shared
+ * short masked problems where 192-row tiles leave the machine unbalanced.
+ * Joining tile boundaries pays only with three consumers, and not for e4m3 at
+ * head dim 128. e4m3 at head dim 128 has three consumers too, with P in shared
  * memory (Sm90FwdConfig::P_SMEM), except for short masked problems, where
  * it keeps two and 128-row tiles (docs/perf/sm90.md, items 36, 87, 88). */
 enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64 };
