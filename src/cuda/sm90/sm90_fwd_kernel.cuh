@@ -5,9 +5,7 @@
  * tiles of 64*C query rows of one (batch, head):
  *   warpgroup 0    producer: one thread issues TMA loads of Q and K, another
  *                  those of V, into 128B-swizzled shared memory through
- *                  mbarrier rings (Q double-buffered where it fits); in
- *                  the e4m3 kernel with V_TRANSPOSE two more warps write
- *                  each V block's transpose;
+ *                  mbarrier rings (Q double-buffered where it fits);
  *   warpgroups 1..C consumers: each owns 64 of the tile's query rows.
  *
  * Per kv block (walked from the last block down, so the masked diagonal
@@ -40,12 +38,6 @@
 
 #include "sm90_ptx.cuh"
 #include "sm90_wgmma.cuh"
-
-/* The e4m3 kernel with P in shared memory transposes V itself
- * (Sm90FwdConfig::V_TRANSPOSE); 0: it reads the V^T of a pass before it. */
-#ifndef SM90_F8_V_TRANSPOSE_IN_KERNEL
-#define SM90_F8_V_TRANSPOSE_IN_KERNEL 1
-#endif
 
 /* Division by a divisor fixed per launch, for 0 <= x < 2^31: a multiply-high
  * and a shift instead of the ~20 instructions of an integer division
@@ -116,15 +108,12 @@ struct Sm90FwdParams {
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
- * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
- * ring of V as loaded (V_TRANSPOSE, one buffer per stage), one
- * q_full/q_empty pair per Q buffer, four barriers per ring stage and two
- * more with V_TRANSPOSE, and 1 KB to align the base to the swizzle atom. */
-constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
-                                  bool v_transpose) {
-    const int ring_bars = v_transpose ? 6 : 4;
-    return q_bufs * q_bytes + (v_transpose ? 3 : 2) * stages * kv_bytes + o_stage_bytes + p_bytes +
-           (2 * q_bufs + ring_bars * stages) * 8 + 1024;
+ * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), one
+ * q_full/q_empty pair per Q buffer and four barriers per ring stage, and 1 KB
+ * to align the base to the swizzle atom. */
+constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes,
+                                  int p_bytes) {
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
@@ -136,9 +125,8 @@ struct Sm90FwdConfig {
     static constexpr int BM = 64 * CONSUMERS;    /* query rows per tile */
     static constexpr int BN = BN_;         /* keys per kv block */
     static constexpr int STAGES = STAGES_; /* K/V ring depth */
-    /* FP8: q, k, v in e4m3 (V^T made by sm90_fp8_transpose_v, or by the
-     * kernel itself: V_TRANSPOSE), output bf16; else all in bf16 (BF16) or
-     * f16. */
+    /* FP8: q, k, v in e4m3 (V given transposed, see sm90_fp8_transpose_v),
+     * output bf16; else all in bf16 (BF16) or f16. */
     static constexpr bool FP8 = FP8_;
     static constexpr bool BF16 = BF16_ || FP8_; /* the 16-bit output type */
     static constexpr int ES = FP8 ? 1 : 2;      /* bytes per input element */
@@ -188,19 +176,8 @@ struct Sm90FwdConfig {
     static constexpr bool P_SMEM = FP8 && D == 128 && CONSUMERS == 3;
     static_assert(!P_SMEM || BN == 128, "a P row is one 128-byte swizzle row");
     static constexpr int P_BYTES = P_SMEM ? CONSUMERS * 64 * BN : 0;
-    /* e4m3 V transposed inside the kernel (sm90_transpose_v), for the
-     * P_SMEM kernel: TMA loads V as it lies (BN keys of 128 bytes, swizzled
-     * as K is) into a ring of its own, and two producer warps write each
-     * block's V^T into the V ring, where the other kernels get it by TMA
-     * from a V^T made by a pass of its own (sm90_fp8_transpose_v) before
-     * them. Every tile transposes its blocks again, but from shared memory
-     * and in warps that are otherwise idle, against a pass through global
-     * memory that runs alone on the GPU (20 us of a 2.2 ms call at 16k). */
-    static constexpr bool V_TRANSPOSE = P_SMEM && SM90_F8_V_TRANSPOSE_IN_KERNEL;
-    static_assert(!V_TRANSPOSE || (D * ES == 128 && BN == 128 && VT_SLAB_KEYS == 128),
-                  "V and V^T blocks of 128 x 128 bytes, one swizzle row per key and per head-dim row");
     static constexpr int Q_BUFS =
-        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, V_TRANSPOSE) <= 227 * 1024 ? 2 : 1;
+        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES) <= 227 * 1024 ? 2 : 1;
     static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
      * is issued and before its P V (the FMULs then run under Q K^T), or right
@@ -297,13 +274,9 @@ struct Sm90FwdConfig {
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (not with O_IN_RING) */
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
-    static constexpr int OFF_V_LOADED = OFF_P + P_BYTES; /* V as loaded (V_TRANSPOSE), one block per stage */
-    static constexpr int OFF_BAR = OFF_V_LOADED + (V_TRANSPOSE ? STAGES * KV_BYTES : 0);
-    /* q_full[], q_empty[], the K/V ring's four per stage, then V_TRANSPOSE's
-     * two (vl_full[], vl_empty[]) */
-    static constexpr int NUM_BARS = 2 * Q_BUFS + (V_TRANSPOSE ? 6 : 4) * STAGES;
-    static constexpr int SMEM_BYTES =
-        sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, V_TRANSPOSE);
+    static constexpr int OFF_BAR = OFF_P + P_BYTES;
+    static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
+    static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
@@ -505,97 +478,27 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
 
 /* ---- producer -------------------------------------------------------------- */
 
-/* ---- V^T inside the kernel (V_TRANSPOSE) ----------------------------------
- *
- * A block of V as TMA loads it: 128 keys of 128 bytes (head dim 128 in
- * e4m3), byte (key, d) at key * 128 + ((d / 16) ^ (key % 8)) * 16 + d % 16.
- * Its V^T, as the consumers' P V reads it: 128 head-dim rows of 128 key
- * slots, swizzled the same way, slot s of each 16 holding key
- * sm90_fp8_key_of_slot(s) (the order of P's bytes in its A fragment).
- *
- * The 64 threads of producer warps 2 and 3 write it. Warp w takes the key
- * groups G = 2 gi + w (gi = 0..3) of 16 keys, and a group in four
- * ldmatrix.trans, each of 32 head-dim columns. ldmatrix's 16-bit transpose
- * hands lane (j = lane / 4, m = lane % 4) of matrix i the bytes
- * (key 2m, d 2j), (2m, 2j + 1), (2m + 1, 2j), (2m + 1, 2j + 1) of that
- * matrix's 8 keys and 16 columns; with matrices of keys 16G + 0..7 and
- * 16G + 8..15 over the same columns, one byte permute of the two registers
- * gives head-dim row 2j (or 2j + 1) at keys 16G + {2m, 2m + 1, 2m + 8,
- * 2m + 9}, which are slots 16G + 4m .. 4m + 3: one 32-bit store. */
-struct Sm90VtLane {
-    uint32_t ld[4];  /* ldmatrix address of group 2 * 0 + w, column pair dp, from the loaded block */
-    uint32_t st[2];  /* store offsets of the thread's two head-dim rows 2j + b, group 2 * 0 + w */
-    uint32_t sel[2]; /* their byte permutes */
-};
-
-__device__ __forceinline__ Sm90VtLane sm90_vt_lane(int tt) {
-    const int lane = tt % 32, w = tt / 32, m = lane % 4, j = lane / 4;
-    Sm90VtLane l;
-    /* lanes 8i..8i+7 address matrix i's rows: keys 16 w + (lane % 16)
-     * (matrices 0 and 2 the group's first 8, 1 and 3 its last 8) of the
-     * 16-byte column chunk 2 dp + lane / 16; key % 8 = lane % 8 */
-#pragma unroll
-    for (int dp = 0; dp < 4; ++dp)
-        l.ld[dp] = (16 * w + lane % 16) * 128 + (((2 * dp + lane / 16) ^ (lane % 8)) << 4);
-    /* lanes with j >= 4 store row 2j + 1 first: rows 2j and 2j + 8 share a
-     * swizzle phase, and would hit the same banks in one store */
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        const int b = k ^ (j >= 4), row = 2 * j + b;
-        l.st[k] = row * 128 + ((w ^ (row % 8)) << 4) + 4 * m;
-        l.sel[k] = b ? 0x7531 : 0x6420; /* odd or even bytes of the two registers */
-    }
-    return l;
-}
-
-/* Transposes one loaded V block (src) into a V^T stage (dst); see above. */
-__device__ __forceinline__ void sm90_transpose_v_block(const Sm90VtLane &l, uint32_t src, uint32_t dst) {
-#pragma unroll
-    for (int gi = 0; gi < 4; ++gi) {
-        /* group G = 2 gi + w: its slot chunk G ^ (row % 8) differs from w's by gi in bits 5-6;
-         * dst is 1024-aligned, so adding it leaves those bits to the offset */
-        const uint32_t st0 = (dst + l.st[0]) ^ (gi << 5), st1 = (dst + l.st[1]) ^ (gi << 5);
-#pragma unroll
-        for (int dp = 0; dp < 4; ++dp) {
-            uint32_t r[4];
-            ldmatrix_x4_trans(r, src + l.ld[dp] + gi * 4096); /* keys 32 gi + ..., 4096 = 32 keys */
-#pragma unroll
-            for (int h = 0; h < 2; ++h) { /* column chunk c = 2 dp + h: head-dim rows 16c + 2j + b */
-                const uint32_t at = (2 * dp + h) * 16 * 128;
-                st_shared_u32(st0 + at, __byte_perm(r[2 * h], r[2 * h + 1], l.sel[0]));
-                st_shared_u32(st1 + at, __byte_perm(r[2 * h], r[2 * h + 1], l.sel[1]));
-            }
-        }
-    }
-}
-
 /* Two producer threads walk the same tiles and kv blocks: one loads Q and K,
  * the other V. Each waits only on its own ring, so a K load is never queued
  * behind a V load that waits for a P V to finish: K is needed a turn before
- * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). With V_TRANSPOSE the V
- * loader fills the loaded ring and the 64 threads of TRANSPOSE_V (tt, 0..63)
- * walk the same blocks, each from the loaded ring into the V ring. */
-enum { LOAD_Q_K = 0, LOAD_V = 1, TRANSPOSE_V = 2 };
+ * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). */
+enum { LOAD_Q_K = 0, LOAD_V = 1 };
 
 template <class Cfg, int ROLE>
-__device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int tt = 0) {
+__device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
     uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
-    uint64_t *vl_full = v_empty + Cfg::STAGES, *vl_empty = vl_full + Cfg::STAGES; /* V_TRANSPOSE's loaded ring */
-    Sm90VtLane vt_lane;
     if constexpr (ROLE == LOAD_Q_K) {
         tma_prefetch_map(&p.tm_q);
         tma_prefetch_map(&p.tm_k);
         tma_prefetch_map(&p.tm_o);
-    } else if constexpr (ROLE == LOAD_V) {
-        tma_prefetch_map(&p.tm_v);
-        /* e4m3 without V_TRANSPOSE: V^T is written by the transpose launched
-         * just before this kernel, which lets this one start early
-         * (sm90_launch_instance); only V's loads need it done */
-        if constexpr (Cfg::FP8 && !Cfg::V_TRANSPOSE) grid_dependency_wait();
     } else {
-        vt_lane = sm90_vt_lane(tt);
+        tma_prefetch_map(&p.tm_v);
+        /* e4m3: V^T is written by the transpose launched just before this
+         * kernel, which lets this one start early (sm90_launch); only V's
+         * loads need it done */
+        if constexpr (Cfg::FP8) grid_dependency_wait();
     }
     uint32_t it = 0, tile_iter = 0;
     for (int t = sm90_first_tile<Cfg>(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
@@ -605,7 +508,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         int kv_head = tile.head / p.q_per_kv;
         /* A fresh barrier counts as having completed the phase before phase 0,
          * so the first wait on an "empty" barrier uses parity 1 and passes. */
-        if constexpr (ROLE == LOAD_Q_K) { /* (only this role uses tile_iter) */
+        if constexpr (ROLE == LOAD_Q_K) {
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
             mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
             mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
@@ -627,19 +530,6 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                 for (int s = 0; s < Cfg::SLABS; ++s)
                     tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
                                 tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
-            } else if constexpr (ROLE == TRANSPOSE_V) {
-                mbar_wait(&vl_full[stage], parity ^ 1); /* a full barrier's phase (it / STAGES) */
-                mbar_wait(&v_empty[stage], parity);
-                sm90_transpose_v_block(vt_lane, smem_addr(smem + Cfg::OFF_V_LOADED + stage * Cfg::KV_BYTES),
-                                       smem_addr(smem + Cfg::OFF_V + stage * Cfg::KV_BYTES));
-                mbar_arrive(&vl_empty[stage]); /* its ldmatrix results are stored: the loaded block is read */
-                fence_proxy_async_smem();      /* V^T written here, read by the consumers' wgmma */
-                mbar_arrive(&v_full[stage]);
-            } else if constexpr (Cfg::V_TRANSPOSE) { /* V as it lies, one box of BN keys */
-                mbar_wait(&vl_empty[stage], parity);
-                mbar_arrive_expect_tx(&vl_full[stage], Cfg::KV_BYTES);
-                tma_load_4d(smem + Cfg::OFF_V_LOADED + stage * Cfg::KV_BYTES, &p.tm_v, &vl_full[stage], 0,
-                            tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
             } else {
                 mbar_wait(&v_empty[stage], parity);
                 mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
@@ -1495,13 +1385,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         for (int s = 0; s < Cfg::STAGES; ++s) {
             mbar_init(&ring[s], 1);                              /* k_full */
             mbar_init(&ring[Cfg::STAGES + s], Cfg::CONSUMERS);     /* k_empty */
-            /* v_full: the V loader's expect_tx arrive, or every TRANSPOSE_V thread's */
-            mbar_init(&ring[2 * Cfg::STAGES + s], Cfg::V_TRANSPOSE ? 64 : 1);
+            mbar_init(&ring[2 * Cfg::STAGES + s], 1);            /* v_full */
             mbar_init(&ring[3 * Cfg::STAGES + s], Cfg::CONSUMERS); /* v_empty */
-            if constexpr (Cfg::V_TRANSPOSE) {
-                mbar_init(&ring[4 * Cfg::STAGES + s], 1);  /* vl_full: the V loader's expect_tx arrive */
-                mbar_init(&ring[5 * Cfg::STAGES + s], 64); /* vl_empty: every TRANSPOSE_V thread */
-            }
         }
         mbar_fence_init();
     }
@@ -1512,11 +1397,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
     const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     if (wg == 0) {
         regs_dealloc<Cfg::PRODUCER_REGS>();
-        /* lane 0 of warps 0 and 1: the Q/K and the V loader; warps 2 and 3 V's transpose */
+        /* lane 0 of warps 0 and 1: the Q/K and the V loader */
         if (threadIdx.x == 0) sm90_producer<Cfg, LOAD_Q_K>(p, smem, bars);
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
-        if constexpr (Cfg::V_TRANSPOSE)
-            if (threadIdx.x >= 64) sm90_producer<Cfg, TRANSPOSE_V>(p, smem, bars, (int)threadIdx.x - 64);
     } else {
         regs_alloc<Cfg::CONSUMER_REGS>();
         sm90_consumer<Cfg>(p, smem, bars, wg - 1);

@@ -125,20 +125,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-/* Load four 8x8 16-bit matrices transposed: lane l gives the shared address
- * of row l % 8 of matrix l / 8; register j of every lane gets elements
- * (row 2 (lane % 4), column lane / 4) and (row 2 (lane % 4) + 1, same
- * column) of matrix j, in its low and high half. */
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v));
-}
-
 /* Store four 8x8 16-bit matrices from their mma fragments: lane l gives the
  * shared address of row l % 8 of matrix l / 8; register j of every lane
  * holds its two elements of matrix j (row lane / 4, columns 2 (lane % 4), +1). */
