@@ -493,7 +493,7 @@ static int run_fp8_case(const Case &c) {
     CK(cudaMalloc(&ws, x.workspace_bytes));
     CK(cudaMemset(ws, 0xFF, x.workspace_bytes)); /* the launch itself must zero the split tail's counters */
     x.workspace = ws;
-    if (whole_tiles_only()) x.workspace_bytes = sm90_fp8_ws_bytes(&p);
+    if (whole_tiles_only()) x.workspace_bytes = sm90_fp8_vt_bytes(&p);
     if (split_planned(&p, &x)) printf("(split tail) ");
     /* one launch into the poisoned output, copied to host */
     auto run_into = [&](std::vector<uint16_t> &host) {
@@ -759,7 +759,7 @@ static int bench_fp8(int argc, char **argv) {
             const size_t ws_bytes = fa_sm90_fwd_workspace(&p, &x);
             CK(cudaMalloc(&ws, ws_bytes));
             x.workspace = ws;
-            x.workspace_bytes = sm90_fp8_ws_bytes(&p); /* e4m3's own area only: whole tiles in the last wave */
+            x.workspace_bytes = sm90_fp8_vt_bytes(&p); /* V^T only: whole tiles in the last wave */
             fa_exec xs = x;
             xs.workspace_bytes = ws_bytes;
             bench_cell(&p, &x, &xs, B, H, S, D, causal);

@@ -58,12 +58,11 @@ struct Sm90Shape {
     int vt_rows;      /* e4m3: head-dim rows per V^T box (the kernel's D) */
     int pair_tail;    /* the kernel deals a paired order's tail (PAIR_TAIL) */
     int split_unmasked_only; /* its split-tail kernel takes only unmasked, uncapped problems */
-    int v_transpose;  /* e4m3: the kernel writes V^T itself (V_TRANSPOSE) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
     return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL,
-                     Cfg::SPLIT_UNMASKED_ONLY, Cfg::V_TRANSPOSE};
+                     Cfg::SPLIT_UNMASKED_ONLY};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -85,27 +84,10 @@ static Sm90Shape sm90_shape(sm90_variant v) {
  * 16-bit and e4m3 alike), nor e4m3's 128-key kernel (masked problems only). */
 static int sm90_has_split_tail(sm90_variant v) { return v == SM90_D128 || v == SM90_D256 || v == SM90_F8_M192; }
 
-/* Workspace areas start 256-byte aligned. */
-static size_t sm90_align256(size_t n) { return (n + 255) / 256 * 256; }
-
 /* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key chunks). */
 static int64_t sm90_fp8_vt_keys(const fa_problem *p) { return (p->Sk + 31) / 32 * 32; }
 static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
     return (size_t)p->B * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_keys(p);
-}
-/* V_TRANSPOSE's ticket counter and ready flags (Sm90FwdParams::vt_ready),
- * after V^T, 256-byte aligned: the counter, then a flag per 128-key block
- * of every (batch, kv head). */
-static int sm90_fp8_vt_blocks(const fa_problem *p) { return (int)((p->Sk + 127) / 128); }
-static size_t sm90_fp8_ready_bytes(const fa_problem *p) {
-    if (!sm90_shape(sm90_pick(p)).v_transpose) return 0;
-    return (1 + (size_t)p->B * (size_t)p->Hk * (size_t)sm90_fp8_vt_blocks(p)) * sizeof(int);
-}
-/* The workspace e4m3 needs: V^T, then the ready flags where the kernel writes V^T itself. */
-static size_t sm90_fp8_ws_bytes(const fa_problem *p) {
-    if (p->dtype != FA_F8_E4M3) return 0;
-    const size_t ready = sm90_fp8_ready_bytes(p);
-    return ready ? sm90_align256(sm90_fp8_vt_bytes(p)) + ready : sm90_fp8_vt_bytes(p);
 }
 
 /* Builds every field of the kernel parameters; 0 if the problem is not
@@ -124,9 +106,6 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
         return 0;
     if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
         return 0;
-    if (p->dtype == FA_F8_E4M3 && shape.v_transpose &&
-        !sm90_make_map(encode ? &k->tm_v_in : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
-        return 0; /* V as it lies, for the kernel's own transpose; boxes as K's */
     if (p->dtype == FA_F8_E4M3) {
         /* V^T (B, Hk, D, keys): the map's "rows" are head-dim rows, its "columns" keys */
         const int64_t keys = sm90_fp8_vt_keys(p);
@@ -214,6 +193,7 @@ struct Sm90SplitPlan {
     size_t partial_bytes;
 };
 
+static size_t sm90_align256(size_t n) { return (n + 255) / 256 * 256; }
 
 static bool sm90_only_last_block_masked(const fa_problem *p);
 
@@ -353,9 +333,11 @@ static void sm90_pair_tail_plan(const fa_problem *p, Sm90FwdParams *k, int sms) 
 
 /* Workspace: e4m3's V^T first, then the split tail's counters and parts
  * (where the plan splits). */
-static size_t sm90_split_offset(const fa_problem *p) { return sm90_align256(sm90_fp8_ws_bytes(p)); }
+static size_t sm90_split_offset(const fa_problem *p) {
+    return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) : 0;
+}
 static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) {
-    if (!s.tail_tiles) return sm90_fp8_ws_bytes(p);
+    if (!s.tail_tiles) return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : 0;
     return sm90_split_offset(p) + s.count_bytes + s.partial_bytes;
 }
 
@@ -478,16 +460,14 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     launch.blockDim = dim3(Cfg::THREADS);
     launch.dynamicSmemBytes = Cfg::SMEM_BYTES;
     launch.stream = (cudaStream_t)x->stream;
-    /* e4m3 from a V^T pass: the kernel may start while the V transpose
-     * ahead of it finishes (its CTAs take the SMs the transpose leaves, and
-     * load Q and K); its V loader waits for the transpose
-     * (grid_dependency_wait). Not with V_TRANSPOSE, whose kernel ahead is
-     * the memset of its ready flags. */
+    /* e4m3: the kernel may start while the V transpose ahead of it finishes
+     * (its CTAs take the SMs the transpose leaves, and load Q and K); its V
+     * loader waits for the transpose (grid_dependency_wait) */
     cudaLaunchAttribute early_start;
     early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     early_start.val.programmaticStreamSerializationAllowed = 1;
     launch.attrs = &early_start;
-    launch.numAttrs = Cfg::FP8 && !Cfg::V_TRANSPOSE ? 1 : 0;
+    launch.numAttrs = Cfg::FP8 ? 1 : 0;
     e = cudaLaunchKernelEx(&launch, sm90_fwd_kernel<Cfg>, k);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));
@@ -538,8 +518,8 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
     const int fp8 = p->dtype == FA_F8_E4M3;
-    if (fp8 && (!x->workspace || x->workspace_bytes < sm90_fp8_ws_bytes(p)))
-        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: float8 needs %zu bytes of workspace", sm90_fp8_ws_bytes(p));
+    if (fp8 && (!x->workspace || x->workspace_bytes < sm90_fp8_vt_bytes(p)))
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: float8 needs %zu bytes of workspace", sm90_fp8_vt_bytes(p));
     if (!sm90_fill_params(p, &k, fp8 ? x->workspace : NULL, 1))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: problem is not addressable by TMA");
     if (k.num_tiles == 0) return FA_OK;
@@ -560,13 +540,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
         if (e != cudaSuccess)
             return fa_set_error(FA_ERR_CUDA, "sm90 forward: split counters: %s", cudaGetErrorString(e));
     }
-    if (fp8 && sm90_fp8_ready_bytes(p)) { /* the kernel writes V^T: its ticket counter and flags start at zero */
-        k.vt_ready = (int *)((uint8_t *)x->workspace + sm90_align256(sm90_fp8_vt_bytes(p)));
-        k.vt_blocks = sm90_fp8_vt_blocks(p);
-        cudaError_t e = cudaMemsetAsync(k.vt_ready, 0, sm90_fp8_ready_bytes(p), (cudaStream_t)x->stream);
-        if (e != cudaSuccess)
-            return fa_set_error(FA_ERR_CUDA, "sm90 forward: V^T ready flags: %s", cudaGetErrorString(e));
-    } else if (fp8) {
+    if (fp8) {
         const int keys = (int)sm90_fp8_vt_keys(p);
         const int pairs = (int)(p->B * p->Hk); /* (batch, kv head) pairs: grid rows, looped past 65535 */
         const dim3 grid((unsigned)((keys + 127) / 128), (unsigned)(pairs < 65535 ? pairs : 65535));
@@ -575,8 +549,6 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
             (uint8_t *)x->workspace);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
-    }
-    if (fp8) {
         switch (sm90_pick(p)) {
         case SM90_F8_M192: return sm90_launch_tail<Sm90CfgF8M192<false>, Sm90CfgF8M192<true>>(p, k, x);
         case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(p, k, x);

@@ -5,9 +5,7 @@
  * tiles of 64*C query rows of one (batch, head):
  *   warpgroup 0    producer: one thread issues TMA loads of Q and K, another
  *                  those of V, into 128B-swizzled shared memory through
- *                  mbarrier rings (Q double-buffered where it fits); in
- *                  the e4m3 kernel with V_TRANSPOSE two more warps write
- *                  V^T to global memory, each block once;
+ *                  mbarrier rings (Q double-buffered where it fits);
  *   warpgroups 1..C consumers: each owns 64 of the tile's query rows.
  *
  * Per kv block (walked from the last block down, so the masked diagonal
@@ -41,12 +39,6 @@
 #include "sm90_ptx.cuh"
 #include "sm90_wgmma.cuh"
 
-/* The e4m3 kernel with P in shared memory writes V^T itself
- * (Sm90FwdConfig::V_TRANSPOSE); 0: a pass before it does. */
-#ifndef SM90_F8_V_TRANSPOSE_IN_KERNEL
-#define SM90_F8_V_TRANSPOSE_IN_KERNEL 1
-#endif
-
 /* Division by a divisor fixed per launch, for 0 <= x < 2^31: a multiply-high
  * and a shift instead of the ~20 instructions of an integer division
  * (round-up reciprocal: magic = 2^32 (2^shift - d) / d + 1, 2^shift >= d). */
@@ -75,7 +67,7 @@ enum { SM90_PAIR_TAIL_MAX = 1024 };
 
 /* Everything the kernel needs, passed by value as a __grid_constant__. */
 struct Sm90FwdParams {
-    CUtensorMap tm_q, tm_k, tm_v, tm_o; /* 4-D (D, S, H, B) maps, 128B swizzle (e4m3: tm_v is V^T's) */
+    CUtensorMap tm_q, tm_k, tm_v, tm_o; /* 4-D (D, S, H, B) maps, 128B swizzle */
     void *out;                          /* for direct stores of empty tiles */
     int64_t out_sb, out_ss, out_sh;     /* elements */
     float *lse;                         /* NULL: not wanted */
@@ -113,23 +105,15 @@ struct Sm90FwdParams {
      * 2 pair_tail + 2 pair_tail_count. pair_tail_count = 0: no such tail. */
     int pair_tail, pair_tail_count;
     uint16_t pair_tail_tile[SM90_PAIR_TAIL_MAX];
-    /* e4m3 with V_TRANSPOSE: V as it lies (tm_v_in, boxes as K's); the
-     * V^T writers' ticket counter, then a ready flag per V block in ticket
-     * order (sm90_vt_writer), zero at launch; V blocks per (batch, kv head) */
-    CUtensorMap tm_v_in;
-    int *vt_ready;
-    int vt_blocks;
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
- * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
- * transpose's V and V^T blocks (V_TRANSPOSE), one q_full/q_empty pair per
- * Q buffer, four barriers per ring stage, the transpose's barrier and
- * ticket word, and 1 KB to align the base to the swizzle atom. */
-constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
-                                  bool v_transpose) {
-    return q_bufs * q_bytes + (v_transpose ? 2 * stages + 2 : 2 * stages) * kv_bytes + o_stage_bytes + p_bytes +
-           (2 * q_bufs + 4 * stages + (v_transpose ? 2 : 0)) * 8 + 1024;
+ * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), one
+ * q_full/q_empty pair per Q buffer and four barriers per ring stage, and 1 KB
+ * to align the base to the swizzle atom. */
+constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes,
+                                  int p_bytes) {
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
@@ -141,9 +125,8 @@ struct Sm90FwdConfig {
     static constexpr int BM = 64 * CONSUMERS;    /* query rows per tile */
     static constexpr int BN = BN_;         /* keys per kv block */
     static constexpr int STAGES = STAGES_; /* K/V ring depth */
-    /* FP8: q, k, v in e4m3 (V^T made by sm90_fp8_transpose_v, or by the
-     * kernel itself: V_TRANSPOSE), output bf16; else all in bf16 (BF16) or
-     * f16. */
+    /* FP8: q, k, v in e4m3 (V given transposed, see sm90_fp8_transpose_v),
+     * output bf16; else all in bf16 (BF16) or f16. */
     static constexpr bool FP8 = FP8_;
     static constexpr bool BF16 = BF16_ || FP8_; /* the 16-bit output type */
     static constexpr int ES = FP8 ? 1 : 2;      /* bytes per input element */
@@ -193,21 +176,8 @@ struct Sm90FwdConfig {
     static constexpr bool P_SMEM = FP8 && D == 128 && CONSUMERS == 3;
     static_assert(!P_SMEM || BN == 128, "a P row is one 128-byte swizzle row");
     static constexpr int P_BYTES = P_SMEM ? CONSUMERS * 64 * BN : 0;
-    /* e4m3 V^T written by the kernel itself (sm90_vt_writer), for the P_SMEM
-     * kernel, rather than by a pass of its own before it
-     * (sm90_fp8_transpose_v: 20 us of a 2.2 ms call at 16 heads x 16k, 10%
-     * of one at 16 x 1k, and nothing else runs meanwhile, since the
-     * attention CTAs fill the register file). Two producer warps, idle
-     * until now, take V blocks in the order the tiles need them and write
-     * their V^T to the workspace, each block once, through a V and a V^T
-     * buffer of their own; the V loader waits for a block's ready flag.
-     * Transposing each block in every tile instead (into the V ring) cost
-     * 2-4% at 4k-16k (docs/perf/sm90.md, item 90). */
-    static constexpr bool V_TRANSPOSE = P_SMEM && SM90_F8_V_TRANSPOSE_IN_KERNEL;
-    static_assert(!V_TRANSPOSE || (D * ES == 128 && BN == 128 && VT_SLAB_KEYS == 128),
-                  "V and V^T blocks of 128 x 128 bytes, one swizzle row per key and per head-dim row");
     static constexpr int Q_BUFS =
-        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, V_TRANSPOSE) <= 227 * 1024 ? 2 : 1;
+        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES) <= 227 * 1024 ? 2 : 1;
     static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
      * is issued and before its P V (the FMULs then run under Q K^T), or right
@@ -304,12 +274,9 @@ struct Sm90FwdConfig {
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (not with O_IN_RING) */
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
-    static constexpr int OFF_VX = OFF_P + P_BYTES;      /* V_TRANSPOSE: a V block, then its V^T */
-    static constexpr int OFF_BAR = OFF_VX + (V_TRANSPOSE ? 2 * KV_BYTES : 0);
-    /* q_full[], q_empty[], the K/V ring's; V_TRANSPOSE: vx_full, the ticket word */
-    static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES + (V_TRANSPOSE ? 2 : 0);
-    static constexpr int SMEM_BYTES =
-        sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, V_TRANSPOSE);
+    static constexpr int OFF_BAR = OFF_P + P_BYTES;
+    static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
+    static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
@@ -351,9 +318,8 @@ template <int B> struct PBuf {
 /* Named barrier ids (0 is __syncthreads): one "turn" barrier per consumer
  * warpgroup (ids 1..3), one epilogue barrier per consumer (4..6), with O
  * staged in the ring "the other consumer has read the last K / V stage"
- * (7, 8), with EXP_TURN one exponentials' turn per consumer (9..11), and
- * with V_TRANSPOSE the two V^T writer warps' (12). */
-enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8, BAR_EXP0 = 9, BAR_VT = 12 };
+ * (7, 8), and with EXP_TURN one exponentials' turn per consumer (9..11). */
+enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8, BAR_EXP0 = 9 };
 /* Threads at a turn barrier: the warpgroup waiting + the one handing over. */
 constexpr int TURN_THREADS = 256;
 
@@ -512,126 +478,6 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
 
 /* ---- producer -------------------------------------------------------------- */
 
-/* ---- V^T written by the kernel (V_TRANSPOSE) --------------------------------
- *
- * A block of V as TMA loads it: 128 keys of 128 bytes (head dim 128 in
- * e4m3), byte (key, d) at key * 128 + ((d / 16) ^ (key % 8)) * 16 + d % 16.
- * Its V^T as the V loader's TMA brings it back (and as TMA stores it from
- * the same layout): 128 head-dim rows of 128 key slots, swizzled the same
- * way, slot s of each 32 holding key sm90_fp8_key_of_slot(s) (the order of
- * P's bytes in its A fragment).
- *
- * The 64 threads of producer warps 2 and 3 write it. Warp w takes the key
- * groups G = 2 gi + w (gi = 0..3) of 16 keys, a group in four
- * ldmatrix.trans of 32 head-dim columns each. ldmatrix's 16-bit transpose
- * hands lane (j = lane / 4, m = lane % 4) of matrix i the bytes
- * (key 2m, d 2j), (2m, 2j + 1), (2m + 1, 2j), (2m + 1, 2j + 1) of that
- * matrix's 8 keys and 16 columns; with matrices of keys 16G + 0..7 and
- * 16G + 8..15 over the same columns, one byte permute of the two registers
- * gives head-dim row 2j (or 2j + 1) at keys 16G + {2m, 2m + 1, 2m + 8,
- * 2m + 9}, which are slots 16G + 4m .. 4m + 3. Those are the bytes
- * stmatrix takes from lane (m, j) for row j of a matrix whose rows are
- * head-dim rows: the four permutes of one ldmatrix go out in one
- * stmatrix. */
-struct Sm90VtLane {
-    uint32_t ld;     /* ldmatrix address in the V block (group w, column pair 0) */
-    uint32_t st;     /* stmatrix address of this lane's V^T row (group w, column pair 0) */
-    uint32_t sel;    /* byte permute for the thread's head-dim row 2j + (j >= 4); sel ^ 0x1111 the other */
-};
-
-__device__ __forceinline__ Sm90VtLane sm90_vt_lane(int tt) {
-    const int lane = tt % 32, w = tt / 32, j = lane / 4;
-    Sm90VtLane l;
-    /* lanes 8i..8i+7 address matrix i's rows: keys 16 w + (lane % 16)
-     * (matrices 0 and 2 the group's first 8, 1 and 3 its last 8) of the
-     * 16-byte column chunk 2 dp + lane / 16, swizzled by key % 8 = lane % 8;
-     * column pair dp then flips bits 5-6 of the pair-0 address */
-    l.ld = (16 * w + lane % 16) * 128 + (((lane / 16) ^ (lane % 8)) << 4);
-    /* stmatrix: register i of lane (m, j) goes to row j of matrix i, bytes
-     * 4m..4m+3; matrix i = 2h + k holds column chunk c = 2 dp + h, its row r
-     * head-dim row 16c + 2r + (k ^ (r >= 4)): rows r and r + 4 alternate
-     * the parity, so the 8 rows of a matrix fall in 8 swizzle phases
-     * (distinct banks) */
-    const int i = lane / 8, r = lane % 8, h = i / 2, k = i % 2, row = 2 * r + (k ^ (r >= 4));
-    l.st = h * 2048 + row * 128 + ((w ^ (row % 8)) << 4);
-    l.sel = j >= 4 ? 0x7531 : 0x6420; /* the odd or the even bytes of the two registers */
-    return l;
-}
-
-/* Transposes the V block at src into V^T at dst (both shared, 1024-aligned); see above. */
-__device__ __forceinline__ void sm90_transpose_v_block(const Sm90VtLane &l, uint32_t src, uint32_t dst) {
-    const uint32_t sel0 = l.sel, sel1 = l.sel ^ 0x1111;
-#pragma unroll
-    for (int gi = 0; gi < 4; ++gi) {
-        /* group G = 2 gi + w: its slot chunk G ^ (row % 8) differs from w's by gi in bits 5-6;
-         * dst is 1024-aligned, so adding it leaves those bits to the offset */
-        const uint32_t st = (dst + l.st) ^ (gi << 5);
-#pragma unroll
-        for (int dp = 0; dp < 4; ++dp) {
-            uint32_t r[4];
-            ldmatrix_x4_trans(r, (src + l.ld + gi * 4096) ^ (dp << 5)); /* keys 32 gi + ..., 4096 = 32 keys */
-            /* column chunks 2 dp (r0, r1) and 2 dp + 1 (r2, r3): 32 head-dim rows, 4096 bytes */
-            stmatrix_x4(st + dp * 4096, __byte_perm(r[0], r[1], sel0), __byte_perm(r[0], r[1], sel1),
-                        __byte_perm(r[2], r[3], sel0), __byte_perm(r[2], r[3], sel1));
-        }
-    }
-}
-
-/* The V^T writer: the 64 threads tt of producer warps 2 and 3. It takes
- * tickets from one counter for the whole problem: ticket k is V block
- * nb - 1 - k % nb of (batch, kv head) k / nb, so blocks go out in the order
- * the tiles meet them (heads in order, each from its last block down, as
- * tiles walk their kv blocks) and all CTAs share each head's blocks out.
- * Each block: TMA load of V, transpose, TMA store of V^T, wait for the
- * store, then its ready flag (release). Nothing here waits for anyone
- * else, so every block taken is finished, and every block is taken: the V
- * loaders, which wait for flags, never wait on a CTA that has not
- * started. */
-template <class Cfg>
-__device__ __forceinline__ void sm90_vt_writer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *vx_full, int tt) {
-    const Sm90VtLane lane = sm90_vt_lane(tt);
-    /* tt 0's tickets, for the others, in two words used in turn: a word is
-     * rewritten two rounds later, after every thread has passed the
-     * barrier of the round between, and so has read it */
-    volatile int *tickets = reinterpret_cast<volatile int *>(vx_full + 1);
-    const uint32_t v_blk = smem_addr(smem + Cfg::OFF_VX); /* V^T follows, KV_BYTES on */
-    const int nb = p.vt_blocks, total = p.batch * p.hk * nb;
-    for (uint32_t round = 0;; ++round) {
-        volatile int *slot = tickets + round % 2;
-        if (tt == 0) *slot = atomicAdd(p.vt_ready, 1);
-        named_bar_sync(BAR_VT, 64); /* the ticket is out; the last block's V^T buffer is stored */
-        const int k = *slot;
-        if (k >= total) break; /* every block is taken */
-        const int bh = k / nb, n = nb - 1 - (k - bh * nb), batch = bh / p.hk, kv_head = bh - batch * p.hk;
-        if (tt == 0) {
-            mbar_arrive_expect_tx(vx_full, Cfg::KV_BYTES);
-            tma_load_4d(smem + Cfg::OFF_VX, &p.tm_v_in, vx_full, 0, n * Cfg::BN, kv_head, batch);
-        }
-        mbar_wait(vx_full, round & 1); /* one load a round */
-        /* the address made opaque each round: hoisted out of the loop, its
-         * 16 ldmatrix and stmatrix addresses outgrow the 32 registers */
-        const uint32_t blk = (uint32_t)opaque_int((int)v_blk);
-        sm90_transpose_v_block(lane, blk, blk + Cfg::KV_BYTES);
-        fence_proxy_async_smem();   /* V^T written here, read by the TMA store */
-        named_bar_sync(BAR_VT, 64); /* V^T complete, the V block read */
-        if (tt == 0) {
-            tma_store_4d(&p.tm_v, smem + Cfg::OFF_VX + Cfg::KV_BYTES, n * Cfg::BN, 0, kv_head, batch);
-            tma_store_commit();
-            tma_store_wait_all();       /* written to global memory (and the buffer free) */
-            fence_proxy_async_global(); /* those async-proxy writes, before the flag's release */
-            st_release_gpu(p.vt_ready + 1 + k, 1);
-        }
-    }
-}
-
-/* Waits until a V^T block is written (its ready flag, set by some CTA's
- * sm90_vt_writer), then orders the TMA loads that follow after that
- * acquire. */
-__device__ __forceinline__ void sm90_wait_vt_block(const int *flag) {
-    while (!ld_acquire_gpu(flag)) __nanosleep(200);
-    fence_proxy_async_global();
-}
-
 /* Two producer threads walk the same tiles and kv blocks: one loads Q and K,
  * the other V. Each waits only on its own ring, so a K load is never queued
  * behind a V load that waits for a P V to finish: K is needed a turn before
@@ -649,10 +495,10 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         tma_prefetch_map(&p.tm_o);
     } else {
         tma_prefetch_map(&p.tm_v);
-        /* e4m3 from a V^T pass: V^T is written by the transpose launched
-         * just before this kernel, which lets this one start early
-         * (sm90_launch_instance); only V's loads need it done */
-        if constexpr (Cfg::FP8 && !Cfg::V_TRANSPOSE) grid_dependency_wait();
+        /* e4m3: V^T is written by the transpose launched just before this
+         * kernel, which lets this one start early (sm90_launch); only V's
+         * loads need it done */
+        if constexpr (Cfg::FP8) grid_dependency_wait();
     }
     uint32_t it = 0, tile_iter = 0;
     for (int t = sm90_first_tile<Cfg>(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
@@ -685,8 +531,6 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                     tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
                                 tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
             } else {
-                if constexpr (Cfg::V_TRANSPOSE) /* V^T block n written (by whichever CTA took it): ticket order */
-                    sm90_wait_vt_block(p.vt_ready + 1 + (tile.batch * p.hk + kv_head + 1) * p.vt_blocks - 1 - n);
                 mbar_wait(&v_empty[stage], parity);
                 mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
                 uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
@@ -1544,7 +1388,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
             mbar_init(&ring[2 * Cfg::STAGES + s], 1);            /* v_full */
             mbar_init(&ring[3 * Cfg::STAGES + s], Cfg::CONSUMERS); /* v_empty */
         }
-        if constexpr (Cfg::V_TRANSPOSE) mbar_init(&ring[4 * Cfg::STAGES], 1); /* vx_full: the V^T writer's load */
         mbar_fence_init();
     }
     __syncthreads();
@@ -1554,12 +1397,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
     const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     if (wg == 0) {
         regs_dealloc<Cfg::PRODUCER_REGS>();
-        /* lane 0 of warps 0 and 1: the Q/K and the V loader; warps 2 and 3 the V^T writer */
+        /* lane 0 of warps 0 and 1: the Q/K and the V loader */
         if (threadIdx.x == 0) sm90_producer<Cfg, LOAD_Q_K>(p, smem, bars);
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
-        if constexpr (Cfg::V_TRANSPOSE)
-            if (threadIdx.x >= 64)
-                sm90_vt_writer<Cfg>(p, smem, bars + 2 * Cfg::Q_BUFS + 4 * Cfg::STAGES, (int)threadIdx.x - 64);
     } else {
         regs_alloc<Cfg::CONSUMER_REGS>();
         sm90_consumer<Cfg>(p, smem, bars, wg - 1);

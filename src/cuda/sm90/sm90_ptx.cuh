@@ -119,36 +119,10 @@ __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bu
 __device__ __forceinline__ void grid_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-/* Orders this thread's global-memory accesses of the generic proxy against
- * those of the async proxy (TMA) on either side of it. */
-__device__ __forceinline__ void fence_proxy_async_global() {
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-}
-
-/* A flag between CTAs: release store, acquire load (GPU scope). */
-__device__ __forceinline__ void st_release_gpu(int *p, int v) {
-    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
 /* Orders this thread's ordinary shared-memory writes before later async-proxy
  * reads (TMA store, wgmma). */
 __device__ __forceinline__ void fence_proxy_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-/* Load four 8x8 16-bit matrices transposed: lane l gives the shared address
- * of row l % 8 of matrix l / 8; register j of every lane gets elements
- * (row 2 (lane % 4), column lane / 4) and (row 2 (lane % 4) + 1, same
- * column) of matrix j, in its low and high half. */
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
 }
 
 /* Store four 8x8 16-bit matrices from their mma fragments: lane l gives the
