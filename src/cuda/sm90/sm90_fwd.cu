@@ -195,7 +195,19 @@ struct Sm90SplitPlan {
 
 static size_t sm90_align256(size_t n) { return (n + 255) / 256 * 256; }
 
-static bool sm90_only_last_block_masked(const fa_problem *p);
+/* True when only the highest kv block of a problem can hide a key (the
+ * sequence end): every row sees keys [0, Sk) (no causal mask, no window
+ * that cuts), batched. That block is the first a tile or tail piece takes,
+ * so the steady loop never masks (Sm90SteadyUnmasked). A row's bounds grow
+ * with the row, so the last row's lower bound and the first row's upper
+ * one decide. */
+static bool sm90_only_last_block_masked(const fa_problem *p) {
+    if (p->cu_seqlens_q) return false;
+    int64_t first_lo, first_hi, last_lo, last_hi;
+    fa_key_range(p, p->Sq, p->Sk, 0, &first_lo, &first_hi);
+    fa_key_range(p, p->Sq, p->Sk, p->Sq - 1, &last_lo, &last_hi);
+    return last_lo == 0 && first_hi == p->Sk;
+}
 
 static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k, int grid) {
     Sm90SplitPlan s;
@@ -425,20 +437,6 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
         }
         __syncthreads(); /* the tile buffer is free for the next tile */
     }
-}
-
-/* True when only the highest kv block of a problem can hide a key (the
- * sequence end): every row sees keys [0, Sk) (no causal mask, no window
- * that cuts), batched. That block is the first a tile or tail piece takes,
- * so the steady loop never masks (Sm90SteadyUnmasked). A row's bounds grow
- * with the row, so the last row's lower bound and the first row's upper
- * one decide. */
-static bool sm90_only_last_block_masked(const fa_problem *p) {
-    if (p->cu_seqlens_q) return false;
-    int64_t first_lo, first_hi, last_lo, last_hi;
-    fa_key_range(p, p->Sq, p->Sk, 0, &first_lo, &first_hi);
-    fa_key_range(p, p->Sq, p->Sk, p->Sq - 1, &last_lo, &last_hi);
-    return last_lo == 0 && first_hi == p->Sk;
 }
 
 template <class Cfg>
