@@ -227,6 +227,14 @@ struct Sm90FwdConfig {
      * is in flight through the epilogue, and the merge made ptxas spill. */
     static constexpr bool SPLIT_TAIL = SPLIT_TAIL_;
     static_assert(!SPLIT_TAIL || !JOIN, "the split tail's merge does not fit beside a joined S");
+    /* The epilogue's steps that need no O (the rows' sums, normalisers and
+     * lse; the claim of the staging buffer) run while the tile's last P V
+     * is on the tensor cores: +1.4..+2.8% at head dim 128 causal 512-2k.
+     * Not in the split-tail kernels (there a tail piece takes them after its
+     * merge, and the head-dim-128 one spilled with the normalisers live
+     * across the wait), nor in the two-consumer head-dim-64 kernel, which
+     * measured 0.3-1.6% slower with them there (docs/perf/sm90.md, item 92). */
+    static constexpr bool EARLY_FINISH = !SPLIT_TAIL && !EXP_TURN;
     /* The paired order's balanced tail (sm90_tile_after). Not in e4m3's
      * 128-key kernel (short masked problems), where it measured level
      * (docs/perf/sm90.md, items 66 and 73); the two-consumer head-dim-64
@@ -993,17 +1001,15 @@ __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdPara
     if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, TURN_THREADS);
 }
 
-/* Normalise this warpgroup's 64 rows of O, write their lse, stage them in
- * swizzled shared memory and store them (TMA, or row by row at the end of a
- * varlen sequence). O_IN_RING: o_stage is a stage of the tile's last kv
- * block, freed (stage_empty) once the store has read it. */
+/* The part of a tile's epilogue that needs no O, so that it can run while
+ * the tile's last P V is on the tensor cores: the row sums over the quad,
+ * the factors that normalise this thread's two rows of O (inv), and their
+ * lse. */
 template <class Cfg>
-__device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90Tile &tile, const float *O,
-                                              const float *row_max, const float *row_sum, float s_log2,
-                                              uint8_t *o_stage, uint64_t *stage_empty, int wg, int tid) {
+__device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const Sm90Tile &tile, const float *row_max,
+                                                 const float *row_sum, float s_log2, int wg, int tid, float *inv) {
     const int lane = tid % 32;
     const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
-    float inv[2];
     for (int h = 0; h < 2; ++h) {
         float l = row_sum[h];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -1019,14 +1025,27 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
             *sm90_lse_at(p, tile, r) = lse;
         }
     }
-    if constexpr (Cfg::O_IN_RING) {
-        /* the other consumer has finished its last S (K stage) or P V (V stage) */
-        named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
-    } else {
-        /* The previous tile's store must have finished reading the staging buffer. */
-        if (tid == 0) tma_store_wait_read();
-        named_bar_sync(BAR_EPI0 + wg, 128);
-    }
+}
+
+/* This warpgroup's O staging buffer (not O_IN_RING) is free once the
+ * previous tile's store has read it. */
+__device__ __forceinline__ void sm90_claim_o_buf(int wg, int tid) {
+    if (tid == 0) tma_store_wait_read();
+    named_bar_sync(BAR_EPI0 + wg, 128);
+}
+
+/* Normalise this warpgroup's 64 rows of O (by inv, from sm90_finish_rows),
+ * stage them in swizzled shared memory and store them (TMA, or row by row at
+ * the end of a varlen sequence). The staging buffer has been claimed
+ * (sm90_claim_o_buf), except with O_IN_RING: there o_stage is a stage of the
+ * tile's last kv block, freed (stage_empty) once the store has read it. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90Tile &tile, const float *O,
+                                              const float *inv, uint8_t *o_stage, uint64_t *stage_empty, int wg,
+                                              int tid) {
+    const int lane = tid % 32;
+    /* the other consumer has finished its last S (K stage) or P V (V stage) */
+    if constexpr (Cfg::O_IN_RING) named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
     /* Each stmatrix stores the warp's 16 rows x 16 columns: matrices (rows
      * 0-7, 8-15) x (column blocks cb, cb + 1), O registers 4cb..4cb+7 (see
      * the layout at the top). Lane l addresses row l % 8 of matrix l / 8. */
@@ -1332,6 +1351,15 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             /* without JOIN: find the next tile while the last P V runs */
             if constexpr (!Cfg::JOIN)
                 t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
+            /* EARLY_FINISH: the epilogue's steps that need no O, while the
+             * last P V runs */
+            const bool whole_tile = !Cfg::SPLIT_TAIL || t < p.tail_first;
+            float inv[2];
+            auto finish_rows = [&]() {
+                sm90_finish_rows<Cfg>(p, tile, row_max, row_sum, rows.s_log2, wg, tid, inv);
+                if constexpr (!Cfg::O_IN_RING) sm90_claim_o_buf(wg, tid);
+            };
+            if constexpr (Cfg::EARLY_FINISH) finish_rows();
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
             uint8_t *o_stage = o_buf;
@@ -1346,9 +1374,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if (tid == 0 && !(Cfg::O_IN_RING && wg == 1)) mbar_arrive(&v_empty[prev_stage]);
 
             /* A tail piece writes its tile only when it is the tile's last. */
-            if (!Cfg::SPLIT_TAIL || t < p.tail_first ||
-                sm90_split_merge<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, wg, tid)) {
-                sm90_epilogue<Cfg>(p, tile, O, row_max, row_sum, rows.s_log2, o_stage, stage_empty, wg, tid);
+            if (whole_tile || sm90_split_merge<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, wg, tid)) {
+                if constexpr (!Cfg::EARLY_FINISH) finish_rows();
+                sm90_epilogue<Cfg>(p, tile, O, inv, o_stage, stage_empty, wg, tid);
             } else if constexpr (Cfg::O_IN_RING) {
                 /* the staging stage goes back unused, after the same hand-over as the epilogue's */
                 named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
