@@ -229,7 +229,8 @@ struct Sm90FwdConfig {
     static_assert(!SPLIT_TAIL || !JOIN, "the split tail's merge does not fit beside a joined S");
     /* The epilogue's steps that need no O (the rows' sums, normalisers and
      * lse; the claim of the staging buffer) run while the tile's last P V
-     * is on the tensor cores: +1.4..+2.8% at head dim 128 causal 512-2k.
+     * is on the tensor cores: +0.6..+2.8% at head dim 128 causal 512-2k in
+     * the kernel harness, +0.4..+0.6% through the library.
      * Not in the split-tail kernels (there a tail piece takes them after its
      * merge, and the head-dim-128 one spilled with the normalisers live
      * across the wait), nor in the two-consumer head-dim-64 kernel, which
