@@ -108,12 +108,15 @@ struct Sm90FwdParams {
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
- * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), one
- * q_full/q_empty pair per Q buffer and four barriers per ring stage, and 1 KB
- * to align the base to the swizzle atom. */
-constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes,
-                                  int p_bytes) {
-    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + (2 * q_bufs + 4 * stages) * 8 + 1024;
+ * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
+ * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), one
+ * q_full/q_empty pair per Q buffer, four barriers per ring stage and an
+ * o_full/o_empty pair per mailbox, and 1 KB to align the base to the
+ * swizzle atom. */
+constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
+                                  int mailboxes = 0) {
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + 16 * mailboxes +
+           (2 * q_bufs + 4 * stages + 2 * mailboxes) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
@@ -236,6 +239,21 @@ struct Sm90FwdConfig {
      * across the wait), nor in the two-consumer head-dim-64 kernel, which
      * measured 0.3-1.6% slower with them there (docs/perf/sm90.md, item 92). */
     static constexpr bool EARLY_FINISH = !SPLIT_TAIL && !EXP_TURN;
+    /* O's TMA store issued by a thread of its own (sm90_store_thread: lane 0
+     * of warp 2 of the producer warpgroup, idle otherwise). A consumer stages
+     * its rows, posts the store's coordinates in its mailbox and arrives on
+     * o_full; the store thread issues the store, waits until it has read
+     * the staging rows and arrives on o_empty, which the consumer waits for
+     * before its next tile's staging. The consumer's epilogue then holds no
+     * barrier between its warps: before, a named barrier claimed the rows
+     * (behind the last store's read) and a second one handed the staged rows
+     * to the thread that issued the store. The two-consumer kernels with O
+     * in a buffer of its own, but not their split-tail instances (there a
+     * tail piece merges and may stage nothing): +0.5..+1.5% up to 2k
+     * queries (head dim 64 causal, head dim 128, e4m3 causal 1k); the
+     * three-consumer kernels measured 0.7% slower with it
+     * (docs/perf/sm90.md, item 93). */
+    static constexpr bool STORE_THREAD = CONSUMERS == 2 && !SPLIT_TAIL && !O_IN_RING;
     /* The paired order's balanced tail (sm90_tile_after). Not in e4m3's
      * 128-key kernel (short masked problems), where it measured level
      * (docs/perf/sm90.md, items 66 and 73); the two-consumer head-dim-64
@@ -283,9 +301,13 @@ struct Sm90FwdConfig {
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (not with O_IN_RING) */
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
-    static constexpr int OFF_BAR = OFF_P + P_BYTES;
-    static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES; /* q_full[], q_empty[], then the K/V ring's */
-    static constexpr int SMEM_BYTES = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES);
+    static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
+    static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: an int4 per consumer */
+    static constexpr int OFF_BAR = OFF_MAIL + 16 * MAILBOXES;
+    /* q_full[], q_empty[], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
+    static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES + 2 * MAILBOXES;
+    static constexpr int SMEM_BYTES =
+        sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
@@ -1029,10 +1051,58 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
 }
 
 /* This warpgroup's O staging buffer (not O_IN_RING) is free once the
- * previous tile's store has read it. */
-__device__ __forceinline__ void sm90_claim_o_buf(int wg, int tid) {
-    if (tid == 0) tma_store_wait_read();
-    named_bar_sync(BAR_EPI0 + wg, 128);
+ * previous tile's store has read it. With STORE_THREAD the store thread
+ * says so on o_empty (the k-th epilogue of this warpgroup waits for phase
+ * k - 1; a fresh barrier passes the parity-1 wait). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_claim_o_buf(uint64_t *o_empty, uint32_t k, int wg, int tid) {
+    if constexpr (Cfg::STORE_THREAD) {
+        mbar_wait(o_empty, (k & 1) ^ 1);
+    } else {
+        if (tid == 0) tma_store_wait_read();
+        named_bar_sync(BAR_EPI0 + wg, 128);
+    }
+}
+
+/* STORE_THREAD: what a consumer posts for the store thread with its staged
+ * rows: the store's row coordinate, head and batch, and what to do. */
+enum { SM90_MAIL_STORE = 0, SM90_MAIL_NONE = 1, SM90_MAIL_END = 2 };
+
+__device__ __forceinline__ void sm90_post(int4 *mailbox, uint64_t *o_full, int row, int head, int batch, int what,
+                                          int tid) {
+    if (tid == 0) *mailbox = make_int4(row, head, batch, what);
+    mbar_arrive(o_full); /* each thread: its staging writes (and thread 0's post) come first */
+}
+
+/* Lane 0 of warp 2 of the producer warpgroup (STORE_THREAD): the consumers'
+ * O stores, in the order they come (every consumer ends every tile, so in
+ * turn: 0, 1, .., 0, 1, ..). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_t *smem, uint64_t *o_full,
+                                                  uint64_t *o_empty) {
+    const int4 *mail = reinterpret_cast<const int4 *>(smem + Cfg::OFF_MAIL);
+    tma_prefetch_map(&p.tm_o);
+    for (uint32_t k = 0;; ++k) {
+        bool end = false;
+        for (int c = 0; c < Cfg::CONSUMERS; ++c) {
+            mbar_wait(&o_full[c], k & 1);
+            const int4 m = mail[c];
+            if (m.w == SM90_MAIL_END) {
+                end = true;
+                continue;
+            }
+            if (m.w == SM90_MAIL_STORE) {
+                uint8_t *o_stage = smem + Cfg::OFF_O + c * 64 * 128;
+                for (int s = 0; s < Cfg::O_SLABS; ++s)
+                    tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, m.x, m.y, m.z);
+                tma_store_commit();
+                tma_store_wait_read(); /* the rows are free once the store has read them */
+            }
+            mbar_arrive(&o_empty[c]);
+        }
+        if (end) break;
+    }
+    tma_store_wait_all(); /* shared memory must outlive the last store */
 }
 
 /* Normalise this warpgroup's 64 rows of O (by inv, from sm90_finish_rows),
@@ -1042,8 +1112,8 @@ __device__ __forceinline__ void sm90_claim_o_buf(int wg, int tid) {
  * tile's last kv block, freed (stage_empty) once the store has read it. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90Tile &tile, const float *O,
-                                              const float *inv, uint8_t *o_stage, uint64_t *stage_empty, int wg,
-                                              int tid) {
+                                              const float *inv, uint8_t *o_stage, uint64_t *stage_empty,
+                                              int4 *mailbox, uint64_t *o_full, int wg, int tid) {
     const int lane = tid % 32;
     /* the other consumer has finished its last S (K stage) or P V (V stage) */
     if constexpr (Cfg::O_IN_RING) named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
@@ -1064,9 +1134,16 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
                     pack2<elem16_t<Cfg::BF16>>(o[6] * inv[1], o[7] * inv[1]));
     }
     fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
-    named_bar_sync(BAR_EPI0 + wg, 128);
     const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq_q - wg_row0);
-    if (Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64) {
+    const bool by_rows = Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64;
+    if constexpr (Cfg::STORE_THREAD) {
+        if (!by_rows) {
+            sm90_post(mailbox, o_full, tile.q_row0 + wg_row0, tile.head, tile.map_b, SM90_MAIL_STORE, tid);
+            return;
+        }
+    }
+    named_bar_sync(BAR_EPI0 + wg, 128);
+    if (by_rows) {
         /* Last rows of a varlen sequence: the map's row bound is the packed
          * tensor's, not the sequence's, so store row by row. */
         if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
@@ -1074,6 +1151,8 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
             named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read its rows of the stage */
             if (tid == 0) mbar_arrive(stage_empty);
         }
+        if constexpr (Cfg::STORE_THREAD) /* nothing to store; each thread's reads come before its arrive */
+            sm90_post(mailbox, o_full, 0, 0, 0, SM90_MAIL_NONE, tid);
     } else if (tid == 0) {
         for (int s = 0; s < Cfg::O_SLABS; ++s)
             tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.q_row0 + wg_row0, tile.head,
@@ -1167,6 +1246,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
      * hand the turn to the next warpgroup. */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
     const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
+    /* STORE_THREAD: this warpgroup's mailbox and its barriers */
+    int4 *mailbox = reinterpret_cast<int4 *>(smem + Cfg::OFF_MAIL) + wg;
+    uint64_t *o_full = v_empty + Cfg::STAGES + wg, *o_empty = v_empty + Cfg::STAGES + Cfg::MAILBOXES + wg;
+    uint32_t tiles_done = 0; /* this warpgroup's epilogues so far */
 
     Sm90Tile tile, next_tile;
     int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile<Cfg>(p), wg, tid, &tile);
@@ -1358,7 +1441,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             float inv[2];
             auto finish_rows = [&]() {
                 sm90_finish_rows<Cfg>(p, tile, row_max, row_sum, rows.s_log2, wg, tid, inv);
-                if constexpr (!Cfg::O_IN_RING) sm90_claim_o_buf(wg, tid);
+                if constexpr (!Cfg::O_IN_RING) sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
             };
             if constexpr (Cfg::EARLY_FINISH) finish_rows();
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
@@ -1377,13 +1460,14 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             /* A tail piece writes its tile only when it is the tile's last. */
             if (whole_tile || sm90_split_merge<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, wg, tid)) {
                 if constexpr (!Cfg::EARLY_FINISH) finish_rows();
-                sm90_epilogue<Cfg>(p, tile, O, inv, o_stage, stage_empty, wg, tid);
+                sm90_epilogue<Cfg>(p, tile, O, inv, o_stage, stage_empty, mailbox, o_full, wg, tid);
             } else if constexpr (Cfg::O_IN_RING) {
                 /* the staging stage goes back unused, after the same hand-over as the epilogue's */
                 named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
                 if (tid == 0) mbar_arrive(stage_empty);
             }
             ++tile_iter;
+            tiles_done = tile_iter;
             if (t_next >= p.num_tiles) {
                 wgmma_wait<0>(); /* with JOIN: the dropped S */
                 break;
@@ -1394,7 +1478,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if constexpr (!Cfg::JOIN) issue_first_s(tile_iter % Cfg::Q_BUFS, (tile_iter / Cfg::Q_BUFS) & 1);
         }
     }
-    if (tid == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
+    if constexpr (Cfg::STORE_THREAD) { /* no more tiles: the store thread may finish */
+        mbar_wait(o_empty, (tiles_done & 1) ^ 1);
+        sm90_post(mailbox, o_full, 0, 0, 0, SM90_MAIL_END, tid);
+    } else if (tid == 0) {
+        tma_store_wait_all(); /* shared memory must outlive the last store */
+    }
 }
 
 /* ---- kernel ------------------------------------------------------------------- */
@@ -1417,6 +1506,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
             mbar_init(&ring[2 * Cfg::STAGES + s], 1);            /* v_full */
             mbar_init(&ring[3 * Cfg::STAGES + s], Cfg::CONSUMERS); /* v_empty */
         }
+        for (int c = 0; c < Cfg::MAILBOXES; ++c) {
+            mbar_init(&ring[4 * Cfg::STAGES + c], 128);                 /* o_full: every thread of consumer c */
+            mbar_init(&ring[4 * Cfg::STAGES + Cfg::MAILBOXES + c], 1); /* o_empty: the store thread */
+        }
         mbar_fence_init();
     }
     __syncthreads();
@@ -1429,6 +1522,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         /* lane 0 of warps 0 and 1: the Q/K and the V loader */
         if (threadIdx.x == 0) sm90_producer<Cfg, LOAD_Q_K>(p, smem, bars);
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
+        if (Cfg::STORE_THREAD && threadIdx.x == 64) {
+            uint64_t *o_full = bars + 2 * Cfg::Q_BUFS + 4 * Cfg::STAGES;
+            sm90_store_thread<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);
+        }
     } else {
         regs_alloc<Cfg::CONSUMER_REGS>();
         sm90_consumer<Cfg>(p, smem, bars, wg - 1);
