@@ -120,6 +120,10 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
+#ifndef SM90_DIAG_ONLY
+#define SM90_DIAG_ONLY 1 /* see STEADY_UNMASKED_OWN_KERNEL; 0 builds the kernels without it */
+#endif
+
 template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false,
           bool SPLIT_TAIL_ = false>
 struct Sm90FwdConfig {
@@ -288,8 +292,13 @@ struct Sm90FwdConfig {
      * the sequence end), and it is each tile's (or tail piece's) first:
      * the loop never runs the masked paths, which were ~20% of the code of
      * e4m3's earlier 224-key kernel; without them it measured +0.1..+0.8%
-     * on such problems (docs/perf/sm90.md, item 74). */
-    static constexpr bool STEADY_UNMASKED_OWN_KERNEL = P_SMEM;
+     * on such problems (docs/perf/sm90.md, item 74). The same holds for
+     * causal problems whose diagonal meets the tiles on block edges (128-row
+     * tiles of 128-key blocks, the diagonal's offset a multiple of 128, no
+     * window): there each tile's first block is its diagonal and the rest
+     * are seen whole, which is every causal problem of the two-consumer
+     * head-dim-64 kernel with Sq = Sk (docs/perf/sm90.md, item 96). */
+    static constexpr bool STEADY_UNMASKED_OWN_KERNEL = P_SMEM || (SM90_DIAG_ONLY && D == 64 && CONSUMERS == 2 && !FP8);
     static constexpr bool STEADY_MASKS = true;
     /* The split-tail kernel only as its instance without the steady loop's
      * masks and without the softcap: the other two spill with the merge
@@ -985,16 +994,18 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
         for (int i = 0; i < Cfg::BN / 2; ++i) S[i] = tanhf(S[i] * r.cap_pre);
     /* Masked blocks (a warp-uniform choice: the integer max votes) take the
      * float max; their hidden -inf scores would send most rows of a diagonal
-     * block through the integer max's second pass. Not so in the kernels
-     * without the steady loop's masks, whose one masked block hides only
-     * keys past the sequence end. */
+     * block through the integer max's second pass. Not so in the e4m3
+     * kernel without the steady loop's masks, whose one masked block hides
+     * only keys past the sequence end. */
     float thread_max[2];
     if (MAY_MASK && __any_sync(0xffffffffu, sm90_block_masked<Cfg>(n, r.key_lo, r.key_hi))) {
         if constexpr (!Cfg::STEADY_MASKS) {
-            /* only keys past the sequence end are hidden, and every row sees
-             * some of this block's: the integer max, as unmasked blocks */
+            /* the instance's problems hide no key below a row's first */
             sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col);
-            sm90_thread_row_max<Cfg>(S, row_max, thread_max);
+            if constexpr (Cfg::FP8) /* every row sees some of the block's keys: the integer max */
+                sm90_thread_row_max<Cfg>(S, row_max, thread_max);
+            else /* a causal diagonal */
+                sm90_thread_row_max_masked<Cfg>(S, row_max, thread_max);
         } else {
             if (n * Cfg::BN >= max(r.key_lo[0], r.key_lo[1]))
                 sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col);
@@ -1351,7 +1362,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
                     sm90_free_k_stage<Cfg>(&k_empty[st], n == tile.n_lo, wg, tid);
-                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
+                    sm90_scores_to_probs<Cfg, Cfg::STEADY_MASKS>(S, p, rows, n, row_max, row_sum, rescale, quad_col,
+                                                                 my_exp, next_exp);
                     sm90_pack_p<Cfg>(P[BUF ^ 1], S); /* the buffer no P V reads now */
                     o_started = 1;
                     --n;
