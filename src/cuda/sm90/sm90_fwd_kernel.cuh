@@ -296,9 +296,12 @@ struct Sm90FwdConfig {
      * causal problems whose diagonal meets the tiles on block edges (128-row
      * tiles of 128-key blocks, the diagonal's offset a multiple of 128, no
      * window): there each tile's first block is its diagonal and the rest
-     * are seen whole, which is every causal problem of the two-consumer
-     * head-dim-64 kernel with Sq = Sk (docs/perf/sm90.md, item 96). */
-    static constexpr bool STEADY_UNMASKED_OWN_KERNEL = P_SMEM || (SM90_DIAG_ONLY && D == 64 && CONSUMERS == 2 && !FP8);
+     * are seen whole, which is every causal problem with Sq = Sk at head
+     * dims 64 and 128 (docs/perf/sm90.md, items 96 and 97). The 16-bit
+     * two-consumer kernels have that instance too, but not their split-tail
+     * instances. */
+    static constexpr bool STEADY_UNMASKED_OWN_KERNEL =
+        P_SMEM || (SM90_DIAG_ONLY && CONSUMERS == 2 && !FP8 && !SPLIT_TAIL_);
     static constexpr bool STEADY_MASKS = true;
     /* The split-tail kernel only as its instance without the steady loop's
      * masks and without the softcap: the other two spill with the merge
