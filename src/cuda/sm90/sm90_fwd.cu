@@ -197,10 +197,11 @@ static size_t sm90_align256(size_t n) { return (n + 255) / 256 * 256; }
 
 /* True when only the highest kv block of a problem can hide a key (the
  * sequence end): every row sees keys [0, Sk) (no causal mask, no window
- * that cuts), batched. That block is the first a tile or tail piece takes,
- * so the steady loop never masks (Sm90SteadyUnmasked). A row's bounds grow
- * with the row, so the last row's lower bound and the first row's upper
- * one decide. */
+ * that cuts), batched. That block is the first a tile or tail piece takes
+ * (a tail piece may start at any block, so the split tail's instance without
+ * the steady loop's masks needs this, not sm90_only_first_block_masked). A
+ * row's bounds grow with the row, so the last row's lower bound and the
+ * first row's upper one decide. */
 static bool sm90_only_last_block_masked(const fa_problem *p) {
     if (p->cu_seqlens_q) return false;
     int64_t first_lo, first_hi, last_lo, last_hi;
