@@ -139,6 +139,27 @@ FA_HD void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int64_t i, 
     *lo = l;
     *hi = h;
 }
+/* True when, cut into tiles of bm query rows and kv blocks of bn keys, only
+ * a tile's highest kv block can hide a key from a row of the tile: no key
+ * below a row's first is hidden, and the blocks under the highest are seen
+ * whole by the tile's first row, so by every row (a row's upper bound grows
+ * with the row). Problems with no mask, or causal ones whose diagonal meets
+ * the tiles on block edges, say. A kernel may then run the blocks under the
+ * highest without mask code. Batched problems only (varlen: false). */
+FA_HD int fa_only_top_block_masked(const fa_problem *p, int64_t bm, int64_t bn) {
+    if (p->cu_seqlens_q) return 0;
+    int64_t lo, hi, last_lo, last_hi;
+    fa_key_range(p, p->Sq, p->Sk, p->Sq - 1, &last_lo, &last_hi);
+    if (last_lo != 0) return 0;
+    for (int64_t r0 = 0; r0 < p->Sq; r0 += bm) {
+        const int64_t r1 = (r0 + bm < p->Sq ? r0 + bm : p->Sq) - 1; /* the tile's last row */
+        fa_key_range(p, p->Sq, p->Sk, r1, &last_lo, &last_hi);
+        fa_key_range(p, p->Sq, p->Sk, r0, &lo, &hi);
+        const int64_t n_hi = (last_hi + bn - 1) / bn; /* the tile's kv blocks: [0, n_hi) */
+        if (n_hi > 1 && (n_hi - 1) * bn > hi) return 0;
+    }
+    return 1;
+}
 /* Query head h reads kv head h / (Hq / Hk). */
 FA_HD int64_t fa_kv_head(const fa_problem *p, int64_t h) {
     return h / (p->Hq / p->Hk);

@@ -199,7 +199,7 @@ static size_t sm90_align256(size_t n) { return (n + 255) / 256 * 256; }
  * sequence end): every row sees keys [0, Sk) (no causal mask, no window
  * that cuts), batched. That block is the first a tile or tail piece takes
  * (a tail piece may start at any block, so the split tail's instance without
- * the steady loop's masks needs this, not sm90_only_first_block_masked). A
+ * the steady loop's masks needs this, not fa_only_top_block_masked). A
  * row's bounds grow with the row, so the last row's lower bound and the
  * first row's upper one decide. */
 static bool sm90_only_last_block_masked(const fa_problem *p) {
@@ -208,27 +208,6 @@ static bool sm90_only_last_block_masked(const fa_problem *p) {
     fa_key_range(p, p->Sq, p->Sk, 0, &first_lo, &first_hi);
     fa_key_range(p, p->Sq, p->Sk, p->Sq - 1, &last_lo, &last_hi);
     return last_lo == 0 && first_hi == p->Sk;
-}
-
-/* True when in every query tile of bm rows only the tile's highest kv
- * block of bn keys (its first) can hide a key: no key below a row's first
- * is hidden, and the blocks under the highest are seen whole by the tile's
- * first row (so by every row: a row's upper bound grows with the row). A
- * causal problem with the diagonal on block edges, say, or one with no mask
- * at all. Batched problems only. */
-static bool sm90_only_first_block_masked(const fa_problem *p, int bm, int bn) {
-    if (p->cu_seqlens_q) return false;
-    int64_t lo, hi, last_lo, last_hi;
-    fa_key_range(p, p->Sq, p->Sk, p->Sq - 1, &last_lo, &last_hi);
-    if (last_lo != 0) return false;
-    for (int64_t r0 = 0; r0 < p->Sq; r0 += bm) {
-        const int64_t r1 = (r0 + bm < p->Sq ? r0 + bm : p->Sq) - 1; /* the tile's last row */
-        fa_key_range(p, p->Sq, p->Sk, r1, &last_lo, &last_hi);
-        fa_key_range(p, p->Sq, p->Sk, r0, &lo, &hi);
-        const int64_t n_hi = (last_hi + bn - 1) / bn; /* the tile's kv blocks: [0, n_hi) */
-        if (n_hi > 1 && (n_hi - 1) * bn > hi) return false;
-    }
-    return true;
 }
 
 static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k, int grid) {
@@ -467,7 +446,7 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
      * the steady loop's masks would show hidden keys: only sm90_launch picks */
     if (!Cfg::SOFTCAP && k.softcap_pre != 0.f)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: softcap given to a kernel compiled without it");
-    if (!Cfg::STEADY_MASKS && !sm90_only_first_block_masked(p, Cfg::BM, Cfg::BN))
+    if (!Cfg::STEADY_MASKS && !fa_only_top_block_masked(p, Cfg::BM, Cfg::BN))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a masked problem given to a kernel without masks");
     if (!Cfg::VARLEN && p->cu_seqlens_q)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a varlen problem given to a kernel without varlen");
@@ -509,7 +488,7 @@ static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const 
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
             if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
         if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
-            if (sm90_only_first_block_masked(p, Cfg::BM, Cfg::BN))
+            if (fa_only_top_block_masked(p, Cfg::BM, Cfg::BN))
                 return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x);
         return sm90_launch_instance<Cfg>(p, k, x);
     }
