@@ -1007,7 +1007,7 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
             sm90_mask_block<Cfg, false>(S, n, r.key_lo, r.key_hi, quad_col);
             if constexpr (Cfg::FP8) /* every row sees some of the block's keys: the integer max */
                 sm90_thread_row_max<Cfg>(S, row_max, thread_max);
-            else /* a causal diagonal */
+            else /* a causal diagonal (rows that see none of its keys), or the sequence end */
                 sm90_thread_row_max_masked<Cfg>(S, row_max, thread_max);
         } else {
             if (n * Cfg::BN >= max(r.key_lo[0], r.key_lo[1]))
