@@ -119,11 +119,11 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
            (2 * q_bufs + 4 * stages + 2 * mailboxes) * 8 + 1024;
 }
 
-/* Compile-time tile shape and shared-memory plan of one specialisation. */
 #ifndef SM90_DIAG_ONLY
 #define SM90_DIAG_ONLY 1 /* see STEADY_UNMASKED_OWN_KERNEL; 0 builds the kernels without it */
 #endif
 
+/* Compile-time tile shape and shared-memory plan of one specialisation. */
 template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false,
           bool SPLIT_TAIL_ = false>
 struct Sm90FwdConfig {
