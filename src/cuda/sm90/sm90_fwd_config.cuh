@@ -1,0 +1,341 @@
+/*
+ * Hopper forward: what a launch passes (Sm90FwdParams) and each
+ * specialisation's compile-time plan (Sm90FwdConfig: tile shape, shared
+ * memory, register split, and which code paths an instance compiles), with
+ * the instance wrappers and the named barriers' ids. The kernel is described
+ * in sm90_fwd_kernel.cuh.
+ */
+#ifndef FA_SM90_FWD_CONFIG_CUH
+#define FA_SM90_FWD_CONFIG_CUH
+
+#include <cuda.h>
+#include <stdint.h>
+
+/* Division by a divisor fixed per launch, for 0 <= x < 2^31: a multiply-high
+ * and a shift instead of the ~20 instructions of an integer division
+ * (round-up reciprocal: magic = 2^32 (2^shift - d) / d + 1, 2^shift >= d). */
+struct Sm90FastDiv {
+    uint32_t magic, shift;
+    int d;
+};
+
+__host__ __forceinline__ Sm90FastDiv sm90_fastdiv(int d) {
+    if (d < 1) d = 1; /* no tiles to decode */
+    uint32_t shift = 0;
+    while (((int64_t)1 << shift) < d) ++shift;
+    const uint64_t magic = (((uint64_t)1 << 32) * (((uint64_t)1 << shift) - (uint64_t)d)) / (uint64_t)d + 1;
+    return Sm90FastDiv{(uint32_t)magic, shift, d};
+}
+
+/* q = x / div.d, returns x % div.d. */
+__device__ __forceinline__ int sm90_divmod(int x, const Sm90FastDiv &div, int *q) {
+    *q = (int)((__umulhi((uint32_t)x, div.magic) + (uint32_t)x) >> div.shift);
+    return x - *q * div.d;
+}
+
+/* Most tiles the paired order's tail deals out one by one (2 KB of the
+ * kernel parameters). */
+enum { SM90_PAIR_TAIL_MAX = 1024 };
+
+/* Everything the kernel needs, passed by value as a __grid_constant__. */
+struct Sm90FwdParams {
+    CUtensorMap tm_q, tm_k, tm_v, tm_o; /* 4-D (D, S, H, B) maps, 128B swizzle */
+    void *out;                          /* for direct stores of empty tiles */
+    int64_t out_sb, out_ss, out_sh;     /* elements */
+    float *lse;                         /* NULL: not wanted */
+    int64_t lse_sb, lse_sh, lse_ss;
+    /* Varlen: first packed row of each sequence (B + 1 entries, device memory);
+     * NULL for batched problems. The maps then span the packed rows (B = 1). */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    int sq, sk, hq, batch, q_per_kv;    /* lengths (varlen: maxima); q_per_kv = Hq / Hk */
+    int head_dim;                       /* real D <= Cfg::D: TMA zero-fills and clips the rest */
+    int num_m_blocks;                   /* query blocks per head (varlen: of the longest sequence) */
+    Sm90FastDiv m_div, h_div;           /* by num_m_blocks and by hq (sm90_decode_tile) */
+    int num_tiles;                      /* tile indices (paired: two per pair, see sm90_decode_tile) */
+    int paired;                         /* tile order for causal-like masks (sm90_decode_tile) */
+    int top_left;                       /* diagonal alignment: 0, else Sk - Sq of each sequence */
+    int64_t window_left, window_right;  /* relative to the diagonal; huge when unbounded */
+    float scale_log2;                   /* multiplies S to give base-2 logits */
+    float softcap_pre;                  /* softcap: S = tanh(S * softcap_pre); 0 = off */
+    /* e4m3: per (batch, kv head) dequantisation factors, (B, Hk) contiguous;
+     * NULL means 1. */
+    const float *q_descale, *k_descale, *v_descale;
+    int hk;
+    /* Split tail (sm90_split_piece): tiles from tail_first on (= num_tiles
+     * when off) are the last, partial wave; their kv blocks, split_blocks per
+     * tile laid end to end (split_work in all), are shared out evenly to the
+     * CTAs. Each piece leaves its unnormalised O and row statistics in
+     * split_partial; the last piece of a tile to finish (split_count) merges
+     * them and writes the tile. */
+    int tail_first, split_blocks;
+    uint32_t split_work;
+    float4 *split_partial;
+    int *split_count; /* per (tail tile, consumer), zero at launch */
+    /* Paired order's balanced tail (sm90_tile_after): units from pair_tail
+     * on go out as single tiles, tile indices 2 pair_tail + pair_tail_tile[k]
+     * for k < pair_tail_count, largest first; num_tiles is then
+     * 2 pair_tail + 2 pair_tail_count. pair_tail_count = 0: no such tail. */
+    int pair_tail, pair_tail_count;
+    uint16_t pair_tail_tile[SM90_PAIR_TAIL_MAX];
+};
+
+/* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
+ * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
+ * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), one
+ * q_full/q_empty pair per Q buffer, four barriers per ring stage and an
+ * o_full/o_empty pair per mailbox, and 1 KB to align the base to the
+ * swizzle atom. */
+constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
+                                  int mailboxes = 0) {
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + 16 * mailboxes +
+           (2 * q_bufs + 4 * stages + 2 * mailboxes) * 8 + 1024;
+}
+
+#ifndef SM90_DIAG_ONLY
+#define SM90_DIAG_ONLY 1 /* see STEADY_UNMASKED_OWN_KERNEL; 0 builds the kernels without it */
+#endif
+
+/* Compile-time tile shape and shared-memory plan of one specialisation. */
+template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false,
+          bool SPLIT_TAIL_ = false>
+struct Sm90FwdConfig {
+    static constexpr int D = D_;           /* head dim (= Dv) */
+    static constexpr int CONSUMERS = CONSUMERS_; /* consumer warpgroups, 64 query rows each */
+    static constexpr int BM = 64 * CONSUMERS;    /* query rows per tile */
+    static constexpr int BN = BN_;         /* keys per kv block */
+    static constexpr int STAGES = STAGES_; /* K/V ring depth */
+    /* FP8: q, k, v in e4m3 (V given transposed, see sm90_fp8_transpose_v),
+     * output bf16; else all in bf16 (BF16) or f16. */
+    static constexpr bool FP8 = FP8_;
+    static constexpr bool BF16 = BF16_ || FP8_; /* the 16-bit output type */
+    static constexpr int ES = FP8 ? 1 : 2;      /* bytes per input element */
+    /* Q and K rows in slabs of QK_SW bytes, swizzled by as much: 128, or 64
+     * for e4m3 at head dim 64 (a 64-byte row) */
+    static constexpr int QK_SW = D * ES < 128 ? D * ES : 128;
+    static constexpr int BOX_COLS = QK_SW / ES;   /* input elements per slab */
+    static constexpr int SLABS = D * ES / QK_SW;  /* column slabs of a Q or K row */
+    static constexpr int O_SLABS = D / 64;        /* 128-byte slabs of an output row (16-bit) */
+    /* Varlen support (packed sequences, the tile's lengths and first rows
+     * read from cu_seqlens). At head dim 256 it is a kernel instance of its
+     * own (Sm90Varlen<Cfg>): its per-tile code would sit among the batched
+     * kernel's, whose registers it nearly fills. e4m3 is batched only. */
+    static constexpr bool VARLEN_OWN_KERNEL = D == 256 && !FP8;
+    static constexpr bool VARLEN = !FP8 && !VARLEN_OWN_KERNEL;
+    static_assert(!FP8 || ((D == 128 || D == 64) && BN % 32 == 0), "e4m3: one slab per Q/K row, whole V^T slabs");
+    /* e4m3 V^T (D head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,
+     * since a swizzled TMA box row spans one swizzle row at most: the widest
+     * of 128, 64 and 32 bytes (the swizzle span) that divides BN. */
+    static constexpr int VT_SLAB_KEYS = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : 32;
+    static constexpr int VT_SLAB = D * VT_SLAB_KEYS; /* bytes */
+
+    static constexpr int Q_SLAB = BM * QK_SW; /* bytes of one slab of the Q tile */
+    static constexpr int KV_SLAB = BN * QK_SW;
+    static constexpr int Q_BYTES = BM * D * ES;
+    static constexpr int KV_BYTES = BN * D * ES; /* a K tile, or a V (V^T for e4m3) tile */
+    static constexpr int O_BYTES = BM * D * 2;
+    /* O is staged in its own buffer when it fits. Else (head dim 256) each
+     * consumer stages its 64 rows in a K/V stage of the tile's last kv block,
+     * consumer 0 in the K buffer, consumer 1 in the V buffer, and frees that
+     * stage once its store has read it; the next tile's first block uses the
+     * other stage, so only its second load waits for the store. */
+    static constexpr bool O_IN_RING = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
+    static_assert(!O_IN_RING || (CONSUMERS == 2 && STAGES >= 2 && BN == 64 && 64 * D * 2 == KV_BYTES),
+                  "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
+    static constexpr int O_STAGE_BYTES = O_IN_RING ? 0 : O_BYTES;
+    static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : BM * 128; /* bytes between staged O's slabs */
+    /* Two Q buffers where they fit: the next tile's Q loads while this tile
+     * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
+     * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
+     * consumers only). */
+    static constexpr bool JOIN = JOIN_;
+    /* P through shared memory: the P V GEMM takes P from a swizzled buffer
+     * of the warpgroup's (64 rows of BN e4m3 keys) rather than from
+     * registers. For e4m3 at head dim 128 with three consumers, whose 160
+     * registers hold O (64) and S (64) but not P beside them. */
+    static constexpr bool P_SMEM = FP8 && D == 128 && CONSUMERS == 3;
+    static_assert(!P_SMEM || BN == 128, "a P row is one 128-byte swizzle row");
+    static constexpr int P_BYTES = P_SMEM ? CONSUMERS * 64 * BN : 0;
+    static constexpr int Q_BUFS =
+        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES) <= 227 * 1024 ? 2 : 1;
+    static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
+    /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
+     * is issued and before its P V (the FMULs then run under Q K^T), or right
+     * after the softmax. e4m3's Q K^T is too short to cover them (item 18). */
+    static constexpr bool RESCALE_IN_TURN = !FP8;
+    /* Where a P V is waited for (and P repacked): at the start of the next
+     * iteration, behind its K wait, so that the softmax overlaps that P V
+     * (head dim 256: +2-5%); or right after the softmax, where ptxas hoists
+     * the wait above the softmax. The late wait measured -3% at head dim 128
+     * on 512-key tiles (+1% elsewhere), -3..-5% for e4m3 (ptxas then sinks
+     * the e4m3 packing into the turn), and spills with three consumers
+     * (the fp32 probabilities live across the turn); item 30. */
+    static constexpr bool LATE_PV_RETIRE = D == 256;
+    /* P in two register buffers (16-bit head dim 128 and the two-consumer
+     * head-dim-64 kernel): block n's probabilities are packed into the buffer
+     * the P V in flight does not read, so nothing in the softmax waits for
+     * that P V; it is waited for right before the next turn, when it has long
+     * finished. With one buffer the pack must wait for it, and ptxas hoists
+     * that wait above the softmax, which then no longer overlaps its own P V
+     * (docs/perf/sm90.md, items 30, 37 and 39). Not with three consumers (160
+     * registers); not for e4m3, where a second P fits only with shorter
+     * blocks, which lose more than the wait costs (item 40). */
+    static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS == 2)) ? 2 : 1;
+    /* A second ring of named barriers, meant to make the exponentials a
+     * turn of their own: a consumer syncs on it after its row max and
+     * hands it on after its exp2s. ptxas moves register-only instructions
+     * across bar.sync and bar.arrive, and the SASS has the arrive a few
+     * instructions after the sync, so what runs is a second handshake
+     * between the consumers once per block, the exponentials outside it.
+     * Measured +0.2..+2.3% for the two-consumer head-dim-64 kernel (masked
+     * problems up to 2k queries), level or worse for the others; holding
+     * the exponentials inside it (a shared-memory load and store pinning
+     * them) measured 0.8-1.6% slower (docs/perf/sm90.md, items 53, 83, 84). */
+    static constexpr bool EXP_TURN = !FP8 && D == 64 && CONSUMERS == 2;
+    static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
+                  "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
+    /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
+     * uniform registers and a Q K^T k-step costs a few uniform-datapath
+     * instructions in the turn (item 32). At head dim 256 (16 k-steps)
+     * holding them spills: there the address is made opaque and the
+     * descriptors are rebuilt per tile. */
+    static constexpr bool Q_DESC_UNIFORM = D != 256;
+    /* The split tail (sm90_split_piece), compiled into a kernel of its own:
+     * the code it adds to every tile start and end cost the head-dim-128
+     * kernel 1-2% on short sequences, where the host never splits
+     * (docs/perf/sm90.md, item 35). Not with JOIN: there the next tile's S
+     * is in flight through the epilogue, and the merge made ptxas spill. */
+    static constexpr bool SPLIT_TAIL = SPLIT_TAIL_;
+    static_assert(!SPLIT_TAIL || !JOIN, "the split tail's merge does not fit beside a joined S");
+    /* The epilogue's steps that need no O (the rows' sums, normalisers and
+     * lse; the claim of the staging buffer) run while the tile's last P V
+     * is on the tensor cores: +0.6..+2.8% at head dim 128 causal 512-2k in
+     * the kernel harness, +0.4..+0.6% through the library.
+     * Not in the split-tail kernels (there a tail piece takes them after its
+     * merge, and the head-dim-128 one spilled with the normalisers live
+     * across the wait), nor in the two-consumer head-dim-64 kernel, which
+     * measured 0.3-1.6% slower with them there (docs/perf/sm90.md, item 92). */
+    static constexpr bool EARLY_FINISH = !SPLIT_TAIL && !EXP_TURN;
+    /* O's TMA store issued by a thread of its own (sm90_store_thread: lane 0
+     * of warp 2 of the producer warpgroup, idle otherwise). A consumer stages
+     * its rows, posts the store's coordinates in its mailbox and arrives on
+     * o_full; the store thread issues the store, waits until it has read
+     * the staging rows and arrives on o_empty, which the consumer waits for
+     * before its next tile's staging. The consumer's epilogue then holds no
+     * barrier between its warps: before, a named barrier claimed the rows
+     * (behind the last store's read) and a second one handed the staged rows
+     * to the thread that issued the store. The two-consumer kernels with O
+     * in a buffer of its own, but not their split-tail instances (there a
+     * tail piece merges and may stage nothing): +0.5..+1.5% up to 2k
+     * queries (head dim 64 causal, head dim 128, e4m3 causal 1k); the
+     * three-consumer kernels measured 0.7% slower with it
+     * (docs/perf/sm90.md, item 93). */
+    static constexpr bool STORE_THREAD = CONSUMERS == 2 && !SPLIT_TAIL && !O_IN_RING;
+    /* The paired order's balanced tail (sm90_tile_after). Not in e4m3's
+     * 128-key kernel (short masked problems), where it measured level
+     * (docs/perf/sm90.md, items 66 and 73); the two-consumer head-dim-64
+     * kernel gains 1-2% with it at causal 1k and 2k and loses 1-4% at 512,
+     * where its tiles hold 1-4 kv blocks, the tile boundary is the largest
+     * share of the run and the tail's code costs about 1% (items 73, 75).
+     * Nor in the split-tail kernels, which only run unmasked problems
+     * (paired ones are never split), so their code stays as it was. */
+    static constexpr bool PAIR_TAIL = !SPLIT_TAIL && !(FP8 && CONSUMERS == 2 && BN == 128);
+    /* Masks as bit sets (sm90_mask_block): the 16-bit kernels with two
+     * consumers, whose short causal tiles start on a masked diagonal block
+     * (head dim 64 up to 2k queries +1-2%, head dim 128 at 512 +1-2%, level
+     * elsewhere). The e4m3 kernels keep the compare per score: with the bit
+     * sets they measured about 1% slower where each tile has a masked block
+     * (non-causal, whose last block is partial; three runs). The
+     * three-consumer kernel measured level with them against a control, so
+     * it keeps the compare too (docs/perf/sm90.md, items 67 and 71). */
+    static constexpr bool MASK_BITS = CONSUMERS == 2 && !FP8;
+    static_assert(!MASK_BITS || BN <= 128, "a row half's scores (BN / 4) as the bits of one word");
+    /* The softcap in a kernel instance of its own (Sm90Softcap<Cfg>; SOFTCAP
+     * says whether this instance has its code). Its accurate tanh is ~3 000
+     * instructions (three inlined copies of a block's), laid out among the
+     * code that runs; the e4m3 kernels measured +2-3% without it, the
+     * head-dim-128 ones +1%, the others level, so only those pay a second
+     * instance (docs/perf/sm90.md, item 72). */
+    static constexpr bool SOFTCAP_OWN_KERNEL = FP8 || D == 128;
+    static constexpr bool SOFTCAP = !SOFTCAP_OWN_KERNEL;
+    /* The steady loop without mask code, in an instance of its own
+     * (Sm90SteadyUnmasked<Cfg>; STEADY_MASKS says whether this instance
+     * masks past a tile's first block). For problems with no causal mask
+     * and no window only the highest kv block can hold a hidden key (past
+     * the sequence end), and it is each tile's (or tail piece's) first:
+     * the loop never runs the masked paths, which were ~20% of the code of
+     * e4m3's earlier 224-key kernel; without them it measured +0.1..+0.8%
+     * on such problems (docs/perf/sm90.md, item 74). The same holds for
+     * causal problems whose diagonal meets the tiles on block edges (128-row
+     * tiles of 128-key blocks, the diagonal's offset a multiple of 128, no
+     * window): there each tile's first block is its diagonal and the rest
+     * are seen whole, which is every causal problem with Sq = Sk at head
+     * dims 64 and 128 (docs/perf/sm90.md, items 96 and 97). The 16-bit
+     * two-consumer kernels have that instance too, but not their split-tail
+     * instances. */
+    static constexpr bool STEADY_UNMASKED_OWN_KERNEL =
+        P_SMEM || (SM90_DIAG_ONLY && CONSUMERS == 2 && !FP8 && !SPLIT_TAIL_);
+    static constexpr bool STEADY_MASKS = true;
+    /* The split-tail kernel only as its instance without the steady loop's
+     * masks and without the softcap: the other two spill with the merge
+     * (4 bytes). The host splits only problems that instance takes. */
+    static constexpr bool SPLIT_UNMASKED_ONLY = P_SMEM;
+
+    static constexpr int OFF_Q = 0;
+    static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
+    static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
+    static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (not with O_IN_RING) */
+    static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
+    static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
+    static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: an int4 per consumer */
+    static constexpr int OFF_BAR = OFF_MAIL + 16 * MAILBOXES;
+    /* q_full[], q_empty[], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
+    static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES + 2 * MAILBOXES;
+    static constexpr int SMEM_BYTES =
+        sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES);
+    static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
+    static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
+
+    /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */
+    static constexpr int P_REGS = FP8 ? BN / 8 : BN / 4;
+
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    /* Register split: setmaxnreg only moves registers inside what the CTA got
+     * at launch (65536 / THREADS per thread, rounded down to 8), so the sum
+     * must stay within it or setmaxnreg.inc waits forever. The consumers hold
+     * O, S and P; the 4-slab producer of D = 256 needs a few more than 24. */
+    static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+    static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : D == 256 ? 40 : 24;
+    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 ? 232 : 240;
+    static_assert(PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= (1 + CONSUMERS) * LAUNCH_REGS,
+                  "register split exceeds the launch allocation");
+};
+
+/* A config whose kernel applies the softcap (see SOFTCAP_OWN_KERNEL). */
+template <class Cfg> struct Sm90Softcap : Cfg {
+    static constexpr bool SOFTCAP = true;
+};
+
+/* A config whose steady loop has no mask code (see STEADY_UNMASKED_OWN_KERNEL). */
+template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
+    static constexpr bool STEADY_MASKS = false;
+};
+
+/* A config whose kernel runs varlen problems (see VARLEN_OWN_KERNEL). */
+template <class Cfg> struct Sm90Varlen : Cfg {
+    static constexpr bool VARLEN = true;
+};
+
+/* A P buffer's index as a type (see Sm90FwdConfig::P_BUFS). */
+template <int B> struct PBuf {
+    static constexpr int value = B;
+};
+
+/* Named barrier ids (0 is __syncthreads): one "turn" barrier per consumer
+ * warpgroup (ids 1..3), one epilogue barrier per consumer (4..6), with O
+ * staged in the ring "the other consumer has read the last K / V stage"
+ * (7, 8), and with EXP_TURN one exponentials' turn per consumer (9..11). */
+enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8, BAR_EXP0 = 9 };
+/* Threads at a turn barrier: the warpgroup waiting + the one handing over. */
+constexpr int TURN_THREADS = 256;
+
+#endif /* FA_SM90_FWD_CONFIG_CUH */

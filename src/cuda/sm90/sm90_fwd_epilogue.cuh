@@ -1,0 +1,250 @@
+/*
+ * Hopper forward: a tile's end: its rows normalised and their lse, O staged
+ * in swizzled shared memory and stored by TMA (by the consumer or by the
+ * store thread), the split tail's merge, and the rows of tiles with no
+ * visible key.
+ */
+#ifndef FA_SM90_FWD_EPILOGUE_CUH
+#define FA_SM90_FWD_EPILOGUE_CUH
+
+#include "sm90_fwd_softmax.cuh"
+
+/* Address of output row r (within the sequence) of a tile's head. */
+__device__ __forceinline__ uint8_t *sm90_out_row(const Sm90FwdParams &p, const Sm90Tile &t, int r) {
+    return (uint8_t *)p.out +
+           2 * ((int64_t)t.batch * p.out_sb + (int64_t)(t.q_row0 + r) * p.out_ss + (int64_t)t.head * p.out_sh);
+}
+
+/* Rows of a tile with no visible key: zeros straight to global memory. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, const Sm90Tile &t, int wg, int tid) {
+    const int chunks = p.head_dim / 8; /* 16-byte chunks per row */
+    int row0 = t.m_block * Cfg::BM + wg * 64;
+    for (int c = tid; c < 64 * chunks; c += 128) {
+        int r = row0 + c / chunks;
+        if (r >= t.seq_q) continue;
+        *reinterpret_cast<uint4 *>(sm90_out_row(p, t, r) + (c % chunks) * 16) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* The first `rows` rows of a warpgroup's staged O (64 x head_dim, 128B
+ * swizzled slabs) to global memory with ordinary 16-byte stores: used where a
+ * TMA box would also write the next varlen sequence's rows. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_store_staged_rows(const Sm90FwdParams &p, const Sm90Tile &t,
+                                                       const uint8_t *o_stage, int row0, int rows, int tid) {
+    const int chunks = p.head_dim / 8; /* 16-byte chunks per row */
+    for (int c = tid; c < rows * chunks; c += 128) {
+        int r = c / chunks, ch = c % chunks;
+        /* 128B swizzle: 16-byte chunk index XOR (row mod 8) inside slab ch / 8 */
+        const uint8_t *src = o_stage + (ch / 8) * Cfg::O_SLAB_STRIDE + r * 128 + (((ch % 8) ^ (r % 8)) * 16);
+        *reinterpret_cast<uint4 *>(sm90_out_row(p, t, row0 + r) + ch * 16) = *reinterpret_cast<const uint4 *>(src);
+    }
+}
+
+/* lse of row r (within the sequence) of a tile's head. */
+__device__ __forceinline__ float *sm90_lse_at(const Sm90FwdParams &p, const Sm90Tile &t, int r) {
+    return p.lse + (int64_t)t.batch * p.lse_sb + (int64_t)t.head * p.lse_sh + (int64_t)(t.q_row0 + r) * p.lse_ss;
+}
+
+/* The part of a tile's epilogue that needs no O, so that it can run while
+ * the tile's last P V is on the tensor cores: the row sums over the quad,
+ * the factors that normalise this thread's two rows of O (inv), and their
+ * lse. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const Sm90Tile &tile, const float *row_max,
+                                                 const float *row_sum, float s_log2, int wg, int tid, float *inv) {
+    const int lane = tid % 32;
+    const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
+    for (int h = 0; h < 2; ++h) {
+        float l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        /* row with no visible key: out 0; l >= 1 otherwise (the max's own P is
+         * 1), so the approximate reciprocal and log2 are within 2 ulp */
+        inv[h] = l > 0.f ? __fdividef(1.f, l) : 0.f;
+        if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
+            if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
+        int r = row0 + 8 * h;
+        if (p.lse && lane % 4 == 0 && r < tile.seq_q) {
+            float lse = l > 0.f ? (row_max[h] * s_log2 + __log2f(l)) * 0.69314718055994531f : -INFINITY;
+            *sm90_lse_at(p, tile, r) = lse;
+        }
+    }
+}
+
+/* This warpgroup's O staging buffer (not O_IN_RING) is free once the
+ * previous tile's store has read it. With STORE_THREAD the store thread
+ * says so on o_empty (the k-th epilogue of this warpgroup waits for phase
+ * k - 1; a fresh barrier passes the parity-1 wait). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_claim_o_buf(uint64_t *o_empty, uint32_t k, int wg, int tid) {
+    if constexpr (Cfg::STORE_THREAD) {
+        mbar_wait(o_empty, (k & 1) ^ 1);
+    } else {
+        if (tid == 0) tma_store_wait_read();
+        named_bar_sync(BAR_EPI0 + wg, 128);
+    }
+}
+
+/* STORE_THREAD: what a consumer posts for the store thread with its staged
+ * rows: the store's row coordinate, head and batch, and what to do. */
+enum { SM90_MAIL_STORE = 0, SM90_MAIL_NONE = 1, SM90_MAIL_END = 2 };
+
+__device__ __forceinline__ void sm90_post(int4 *mailbox, uint64_t *o_full, int row, int head, int batch, int what,
+                                          int tid) {
+    if (tid == 0) *mailbox = make_int4(row, head, batch, what);
+    mbar_arrive(o_full); /* each thread: its staging writes (and thread 0's post) come first */
+}
+
+/* Lane 0 of warp 2 of the producer warpgroup (STORE_THREAD): the consumers'
+ * O stores, in the order they come (every consumer ends every tile, so in
+ * turn: 0, 1, .., 0, 1, ..). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_t *smem, uint64_t *o_full,
+                                                  uint64_t *o_empty) {
+    const int4 *mail = reinterpret_cast<const int4 *>(smem + Cfg::OFF_MAIL);
+    tma_prefetch_map(&p.tm_o);
+    for (uint32_t k = 0;; ++k) {
+        bool end = false;
+        for (int c = 0; c < Cfg::CONSUMERS; ++c) {
+            mbar_wait(&o_full[c], k & 1);
+            const int4 m = mail[c];
+            if (m.w == SM90_MAIL_END) {
+                end = true;
+                continue;
+            }
+            if (m.w == SM90_MAIL_STORE) {
+                uint8_t *o_stage = smem + Cfg::OFF_O + c * 64 * 128;
+                for (int s = 0; s < Cfg::O_SLABS; ++s)
+                    tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, m.x, m.y, m.z);
+                tma_store_commit();
+                tma_store_wait_read(); /* the rows are free once the store has read them */
+            }
+            mbar_arrive(&o_empty[c]);
+        }
+        if (end) break;
+    }
+    tma_store_wait_all(); /* shared memory must outlive the last store */
+}
+
+/* Normalise this warpgroup's 64 rows of O (by inv, from sm90_finish_rows),
+ * stage them in swizzled shared memory and store them (TMA, or row by row at
+ * the end of a varlen sequence). The staging buffer has been claimed
+ * (sm90_claim_o_buf), except with O_IN_RING: there o_stage is a stage of the
+ * tile's last kv block, freed (stage_empty) once the store has read it. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90Tile &tile, const float *O,
+                                              const float *inv, uint8_t *o_stage, uint64_t *stage_empty,
+                                              int4 *mailbox, uint64_t *o_full, int wg, int tid) {
+    const int lane = tid % 32;
+    /* the other consumer has finished its last S (K stage) or P V (V stage) */
+    if constexpr (Cfg::O_IN_RING) named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
+    /* Each stmatrix stores the warp's 16 rows x 16 columns: matrices (rows
+     * 0-7, 8-15) x (column blocks cb, cb + 1), O registers 4cb..4cb+7 (see
+     * the layout at the top). Lane l addresses row l % 8 of matrix l / 8. */
+    const int mat = lane / 8, mat_row = 16 * (tid / 32) + 8 * (mat % 2) + lane % 8;
+    const uint32_t o_row = smem_addr(o_stage) + mat_row * 128;
+#pragma unroll
+    for (int cb = 0; cb < Cfg::D / 8; cb += 2) {
+        const int c8 = cb + mat / 2; /* this lane's 8-column block */
+        /* 128B swizzle: 16-byte chunk index XOR (row mod 8) */
+        const uint32_t addr = o_row + (c8 / 8) * Cfg::O_SLAB_STRIDE + (((c8 % 8) ^ (lane % 8)) * 16);
+        const float *o = O + 4 * cb;
+        stmatrix_x4(addr, pack2<elem16_t<Cfg::BF16>>(o[0] * inv[0], o[1] * inv[0]),
+                    pack2<elem16_t<Cfg::BF16>>(o[2] * inv[1], o[3] * inv[1]),
+                    pack2<elem16_t<Cfg::BF16>>(o[4] * inv[0], o[5] * inv[0]),
+                    pack2<elem16_t<Cfg::BF16>>(o[6] * inv[1], o[7] * inv[1]));
+    }
+    fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
+    const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq_q - wg_row0);
+    const bool by_rows = Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64;
+    if constexpr (Cfg::STORE_THREAD) {
+        if (!by_rows) {
+            sm90_post(mailbox, o_full, tile.q_row0 + wg_row0, tile.head, tile.map_b, SM90_MAIL_STORE, tid);
+            return;
+        }
+    }
+    named_bar_sync(BAR_EPI0 + wg, 128);
+    if (by_rows) {
+        /* Last rows of a varlen sequence: the map's row bound is the packed
+         * tensor's, not the sequence's, so store row by row. */
+        if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
+        if constexpr (Cfg::O_IN_RING) {
+            named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read its rows of the stage */
+            if (tid == 0) mbar_arrive(stage_empty);
+        }
+        if constexpr (Cfg::STORE_THREAD) /* nothing to store; each thread's reads come before its arrive */
+            sm90_post(mailbox, o_full, 0, 0, 0, SM90_MAIL_NONE, tid);
+    } else if (tid == 0) {
+        for (int s = 0; s < Cfg::O_SLABS; ++s)
+            tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.q_row0 + wg_row0, tile.head,
+                         tile.map_b);
+        tma_store_commit();
+        if (Cfg::O_IN_RING) {
+            tma_store_wait_read(); /* the stage goes back to the producer once the store has read it */
+            mbar_arrive(stage_empty);
+        }
+    }
+}
+
+/* Slot of the piece CTA c computes of tail tile r. In position order the
+ * pieces are numbered c + r (a CTA's second piece lies in the tile after its
+ * first, and CTA c + 1 starts where CTA c ends), so no two share a slot. Per
+ * consumer warpgroup a slot holds D / 8 float4s of O and one of (row max,
+ * row sum) per thread, thread-minor so that a warp's stores are contiguous. */
+template <class Cfg>
+__device__ __forceinline__ float4 *sm90_split_slot(const Sm90FwdParams &p, int slot, int wg, int tid) {
+    return p.split_partial + (size_t)(slot * Cfg::CONSUMERS + wg) * (Cfg::D / 8 + 1) * 128 + tid;
+}
+
+/* The end of tail piece t: its O is one part of its tile's. Leaves the part
+ * (unnormalised O, the row maxima and the thread's partial row sums) in its
+ * slot; the tile's last piece to get here merges every part, in position
+ * order (so the result does not depend on which piece that is), into O,
+ * row_max and row_sum, and returns true: it writes the tile. */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_split_merge(const Sm90FwdParams &p, int t, float *O, float *row_max,
+                                                 float *row_sum, float s_log2, int wg, int tid) {
+    constexpr int CHUNKS = Cfg::D / 8; /* float4s of O per thread */
+    const int r = sm90_split_tile(p, t);
+    float4 *mine = sm90_split_slot<Cfg>(p, ((t - p.tail_first) >> 1) + r, wg, tid);
+#pragma unroll
+    for (int j = 0; j < CHUNKS; ++j) mine[j * 128] = make_float4(O[4 * j], O[4 * j + 1], O[4 * j + 2], O[4 * j + 3]);
+    mine[CHUNKS * 128] = make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]);
+    __threadfence(); /* the part is visible GPU-wide before the count says it is there */
+    named_bar_sync(BAR_EPI0 + wg, 128);
+    const uint32_t nb = (uint32_t)p.split_blocks;
+    const int first = sm90_split_owner(p, r * nb), last = sm90_split_owner(p, (r + 1) * nb - 1);
+    bool tile_done = false;
+    if (tid == 0) tile_done = atomicAdd(&p.split_count[r * Cfg::CONSUMERS + wg], 1) == last - first;
+    if (!named_bar_sync_or(BAR_EPI0 + wg, 128, tile_done)) return false;
+    __threadfence(); /* and read after the count */
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+    for (int c = first; c <= last; ++c) {
+        const float4 *part = sm90_split_slot<Cfg>(p, c + r, wg, tid);
+        const float4 stats = __ldcg(part + CHUNKS * 128);
+        float keep[2], take[2]; /* factors of the merged rows so far and of this part */
+        for (int h = 0; h < 2; ++h) {
+            const float m = h ? stats.y : stats.x, l = h ? stats.w : stats.z;
+            const float mx = fmaxf(row_max[h], m);
+            const float sub = mx == -INFINITY ? 0.f : mx * s_log2; /* rows hidden in both: avoid inf - inf */
+            keep[h] = fast_exp2(row_max[h] * s_log2 - sub);      /* 0 before the first part */
+            take[h] = fast_exp2(m * s_log2 - sub);
+            row_sum[h] = row_sum[h] * keep[h] + l * take[h];
+            row_max[h] = mx;
+        }
+#pragma unroll
+        for (int j = 0; j < CHUNKS; ++j) { /* O[4j], O[4j+1]: the thread's first row; O[4j+2], O[4j+3]: its second */
+            const float4 v = __ldcg(part + j * 128);
+            O[4 * j] = O[4 * j] * keep[0] + v.x * take[0];
+            O[4 * j + 1] = O[4 * j + 1] * keep[0] + v.y * take[0];
+            O[4 * j + 2] = O[4 * j + 2] * keep[1] + v.z * take[1];
+            O[4 * j + 3] = O[4 * j + 3] * keep[1] + v.w * take[1];
+        }
+    }
+    return true;
+}
+
+#endif /* FA_SM90_FWD_EPILOGUE_CUH */

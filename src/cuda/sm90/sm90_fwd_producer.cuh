@@ -1,0 +1,82 @@
+/*
+ * Hopper forward: the producer warpgroup's TMA loads of Q, K and V into the
+ * shared-memory rings.
+ */
+#ifndef FA_SM90_FWD_PRODUCER_CUH
+#define FA_SM90_FWD_PRODUCER_CUH
+
+#include "sm90_fwd_schedule.cuh"
+#include "sm90_ptx.cuh"
+
+/* Two producer threads walk the same tiles and kv blocks: one loads Q and K,
+ * the other V. Each waits only on its own ring, so a K load is never queued
+ * behind a V load that waits for a P V to finish: K is needed a turn before
+ * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). */
+enum { LOAD_Q_K = 0, LOAD_V = 1 };
+
+template <class Cfg, int ROLE>
+__device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
+    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
+    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
+    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
+    if constexpr (ROLE == LOAD_Q_K) {
+        tma_prefetch_map(&p.tm_q);
+        tma_prefetch_map(&p.tm_k);
+        tma_prefetch_map(&p.tm_o);
+    } else {
+        tma_prefetch_map(&p.tm_v);
+        /* e4m3: V^T is written by the transpose launched just before this
+         * kernel, which lets this one start early (sm90_launch); only V's
+         * loads need it done */
+        if constexpr (Cfg::FP8) grid_dependency_wait();
+    }
+    uint32_t it = 0, tile_iter = 0;
+    for (int t = sm90_first_tile<Cfg>(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
+        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
+        if (!sm90_tile_live<Cfg>(p, tile)) continue;
+        if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
+        int kv_head = tile.head / p.q_per_kv;
+        /* A fresh barrier counts as having completed the phase before phase 0,
+         * so the first wait on an "empty" barrier uses parity 1 and passes. */
+        if constexpr (ROLE == LOAD_Q_K) {
+            const uint32_t qb = tile_iter % Cfg::Q_BUFS;
+            mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
+            mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
+            for (int s = 0; s < Cfg::SLABS; ++s)
+                tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
+                            s * Cfg::BOX_COLS, tile.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.map_b);
+        }
+        /* Varlen: a block straddling the sequence end also loads the next
+         * sequence's first keys (or zeros past the tensor); the consumers mask
+         * them, and their V rows meet P = 0. Not unrolled: the producer has
+         * only PRODUCER_REGS registers. */
+#pragma unroll 1
+        for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
+            uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
+            if constexpr (ROLE == LOAD_Q_K) {
+                mbar_wait(&k_empty[stage], parity);
+                mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
+                uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
+                for (int s = 0; s < Cfg::SLABS; ++s)
+                    tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
+                                tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
+            } else {
+                mbar_wait(&v_empty[stage], parity);
+                mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
+                uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
+                if constexpr (Cfg::FP8) { /* V^T: D head-dim rows of BN keys, VT_SLAB_KEYS per slab */
+                    for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
+                        tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage],
+                                    n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, tile.map_b);
+                } else {
+                    for (int s = 0; s < Cfg::SLABS; ++s)
+                        tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64,
+                                    tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
+                }
+            }
+        }
+        ++tile_iter;
+    }
+}
+
+#endif /* FA_SM90_FWD_PRODUCER_CUH */

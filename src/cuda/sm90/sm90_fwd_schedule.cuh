@@ -1,0 +1,173 @@
+/*
+ * Hopper forward: which tile a CTA takes next, and what a tile is (its
+ * sequence, query rows and kv blocks): the plain, paired and split-tail
+ * orders, and where a consumer thread's rows lie in a tile.
+ */
+#ifndef FA_SM90_FWD_SCHEDULE_CUH
+#define FA_SM90_FWD_SCHEDULE_CUH
+
+#include "sm90_fwd_config.cuh"
+#include "sm90_ptx.cuh"
+
+struct Sm90Tile {
+    int m_block, head, batch;
+    int seq_q, seq_k;   /* this sequence's lengths */
+    int q_row0, k_row0; /* its first row in the maps' row dimension (0 when batched) */
+    int map_b;          /* its coordinate in the maps' batch dimension (0 for varlen) */
+    int diag_off;       /* key j is on row i's diagonal when j == i + diag_off */
+    int n_lo, n_hi;     /* kv blocks [n_lo, n_hi) hold every visible key */
+};
+
+/* Tiles that do not exist are skipped by every warpgroup alike: one past the
+ * last head (paired order), and a varlen sequence's surplus query blocks (it
+ * has fewer than the longest sequence). */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_tile_live(const Sm90FwdParams &p, const Sm90Tile &t) {
+    return t.batch < p.batch && (!Cfg::VARLEN || t.m_block * Cfg::BM < t.seq_q);
+}
+
+/* Tile order. Consecutive tiles share a head, so the CTAs working at the same
+ * time read the same K/V blocks and those come from L2, not memory (walking
+ * heads in any other order measured up to 17% slower, docs/perf/sm90.md).
+ *
+ * Under a causal-like mask a query block's work grows with its index, so
+ * there (paired) a CTA takes query blocks in pairs of equal total work: unit
+ * j (0 <= j < M = num_m_blocks) of heads 2g and 2g + 1 is block M-1-j of head
+ * 2g + 1, then block j of head 2g. The CTAs stay balanced while all query
+ * blocks of two heads run at the same time. Tile t = 2u + h is unit u's first
+ * (h = 0) or second block; with an odd number of heads the last unit's first
+ * block does not exist (sm90_tile_live).
+ *
+ * Units go out round-robin, so with U units on G CTAs the last round holds
+ * U mod G of them while the other CTAs idle for a unit's time. Where the
+ * host plans it (sm90_pair_tail_plan), the units from pair_tail on (the
+ * last round, and up to three before it) go out as single tiles instead,
+ * largest first (pair_tail_tile), dealt in a snake: in even passes CTA c
+ * takes list position pass * G + c, in odd ones pass * G + G - 1 - c, so
+ * the CTAs end within about a small tile of each other. A CTA's position
+ * k in the list is tile index 2 pair_tail + 2 k + (pass odd), the pass's
+ * parity giving the step to its next position without a division. */
+__device__ __forceinline__ int sm90_pair_tail_start(const Sm90FwdParams &p) {
+    const int c = (int)blockIdx.x;
+    return c < p.pair_tail_count ? 2 * p.pair_tail + 2 * c : p.num_tiles;
+}
+
+template <class Cfg>
+__device__ __forceinline__ int sm90_first_tile(const Sm90FwdParams &p) {
+    if constexpr (Cfg::PAIR_TAIL)
+        if (p.paired && (int)blockIdx.x >= p.pair_tail) return sm90_pair_tail_start(p);
+    return p.paired ? 2 * (int)blockIdx.x : (int)blockIdx.x;
+}
+
+template <class Cfg>
+__device__ __forceinline__ int sm90_tile_after(const Sm90FwdParams &p, int t) {
+    if (p.paired) {
+        if constexpr (Cfg::PAIR_TAIL) {
+            if (t >= 2 * p.pair_tail) { /* a tail position */
+                const int k = (t - 2 * p.pair_tail) >> 1, odd = t & 1, c = (int)blockIdx.x;
+                const int next = k + (odd ? 2 * c + 1 : 2 * (grid_ctas() - c) - 1); /* the next pass's position */
+                return next < p.pair_tail_count ? 2 * p.pair_tail + 2 * next + (odd ^ 1) : p.num_tiles;
+            }
+            if (t % 2 != 0 && t / 2 + grid_ctas() >= p.pair_tail) /* this CTA's next unit is in the tail */
+                return sm90_pair_tail_start(p);
+        }
+        return t % 2 == 0 ? t + 1 : 2 * (t / 2 + grid_ctas());
+    }
+    if (!Cfg::SPLIT_TAIL) return t + grid_ctas();
+    if (t < p.tail_first) { /* whole tiles, then this CTA's two tail pieces */
+        t += grid_ctas();
+        return t < p.tail_first ? t : p.tail_first + 2 * (int)blockIdx.x;
+    }
+    return (t - p.tail_first) & 1 ? p.num_tiles : t + 1;
+}
+
+/* Tail piece t (t >= p.tail_first; non-paired order, every tile with the
+ * same split_blocks kv blocks): CTA c = (t - tail_first) / 2 owns positions
+ * [c W / G, (c + 1) W / G) of the W = split_work tail blocks laid end to end,
+ * which fall in at most two tiles (a CTA's share is under one tile); its
+ * k-th piece (k = (t - tail_first) % 2) is the part in its k-th tile. Returns
+ * that tile's index within the tail and sets the piece's kv blocks [*lo, *hi)
+ * (empty when the share lies in one tile only). */
+__device__ __forceinline__ int sm90_split_piece(const Sm90FwdParams &p, int t, int *lo, int *hi) {
+    const uint32_t c = (uint32_t)(t - p.tail_first) >> 1, g = (uint32_t)grid_ctas(), nb = (uint32_t)p.split_blocks;
+    const uint32_t a = c * p.split_work / g, b = (c + 1) * p.split_work / g; /* host: split_work * G < 2^32 */
+    const int r = (int)(a / nb) + ((t - p.tail_first) & 1);
+    *lo = max((int)a - r * (int)nb, 0);
+    *hi = min((int)b - r * (int)nb, (int)nb);
+    return r;
+}
+
+/* Just the tile of tail piece t (its index within the tail). */
+__device__ __forceinline__ int sm90_split_tile(const Sm90FwdParams &p, int t) {
+    int lo, hi;
+    return sm90_split_piece(p, t, &lo, &hi);
+}
+
+/* The CTA whose tail share holds position x (inverse of the shares above). */
+__device__ __forceinline__ int sm90_split_owner(const Sm90FwdParams &p, uint32_t x) {
+    return (int)(((x + 1) * (uint32_t)grid_ctas() - 1) / p.split_work);
+}
+
+template <class Cfg>
+__device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int t) {
+    Sm90Tile tile;
+    int hb, split_lo = 0, split_hi = 0;
+    const bool piece = Cfg::SPLIT_TAIL && !p.paired && t >= p.tail_first;
+    if (piece) t = p.tail_first + sm90_split_piece(p, t, &split_lo, &split_hi); /* decoded as its tile */
+    if (p.paired) {
+        if constexpr (Cfg::PAIR_TAIL) /* a tail position: its tile from the list */
+            if (t >= 2 * p.pair_tail) t = 2 * p.pair_tail + p.pair_tail_tile[(t - 2 * p.pair_tail) >> 1];
+        const int u = t >> 1, h = t & 1; /* t >= 0 */
+        int g;
+        const int j = sm90_divmod(u, p.m_div, &g); /* unit j of head pair g */
+        hb = 2 * g + 1 - h;
+        tile.m_block = h ? j : p.num_m_blocks - 1 - j;
+    } else {
+        tile.m_block = sm90_divmod(t, p.m_div, &hb);
+    }
+    /* batch = p.batch: past the last head (paired order, odd head count) */
+    tile.head = sm90_divmod(hb, p.h_div, &tile.batch);
+    if (Cfg::VARLEN && p.cu_seqlens_q) {
+        const int b = min(tile.batch, p.batch - 1); /* a tile past the last head is not live */
+        tile.q_row0 = __ldg(&p.cu_seqlens_q[b]);
+        tile.k_row0 = __ldg(&p.cu_seqlens_k[b]);
+        tile.seq_q = __ldg(&p.cu_seqlens_q[b + 1]) - tile.q_row0;
+        tile.seq_k = __ldg(&p.cu_seqlens_k[b + 1]) - tile.k_row0;
+        tile.map_b = 0;
+    } else {
+        tile.q_row0 = tile.k_row0 = 0;
+        tile.seq_q = p.sq;
+        tile.seq_k = p.sk;
+        tile.map_b = tile.batch;
+    }
+    tile.diag_off = p.top_left ? 0 : tile.seq_k - tile.seq_q;
+    int64_t i0 = (int64_t)tile.m_block * Cfg::BM;
+    int64_t i1 = min(i0 + Cfg::BM, (int64_t)tile.seq_q) - 1;
+    int64_t lo = max((int64_t)0, i0 + tile.diag_off - p.window_left);
+    int64_t hi = min((int64_t)tile.seq_k, i1 + tile.diag_off + p.window_right + 1);
+    if (hi <= lo) {
+        tile.n_lo = tile.n_hi = 0;
+    } else {
+        tile.n_lo = (int)(lo / Cfg::BN);
+        tile.n_hi = (int)((hi + Cfg::BN - 1) / Cfg::BN);
+    }
+    if (piece) { /* a tail piece: its own kv blocks; an empty one is no tile */
+        tile.n_lo = split_lo;
+        tile.n_hi = split_hi;
+        if (split_hi <= split_lo) tile.batch = p.batch;
+    }
+    return tile;
+}
+
+
+/* Query row (within the warpgroup's 64) of a consumer thread's first
+ * accumulator row; its second is 8 below (see the layout at the top). */
+__device__ __forceinline__ int sm90_row_in_wg(int tid) { return (tid / 32) * 16 + (tid % 32) / 4; }
+
+/* The same row within the tile's sequence. */
+template <class Cfg>
+__device__ __forceinline__ int sm90_first_row(const Sm90Tile &tile, int wg, int tid) {
+    return tile.m_block * Cfg::BM + wg * 64 + sm90_row_in_wg(tid);
+}
+
+#endif /* FA_SM90_FWD_SCHEDULE_CUH */
