@@ -91,10 +91,6 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
            (2 * q_bufs + 4 * stages + 2 * mailboxes) * 8 + 1024;
 }
 
-#ifndef SM90_DIAG_ONLY
-#define SM90_DIAG_ONLY 1 /* see STEADY_UNMASKED_OWN_KERNEL; 0 builds the kernels without it */
-#endif
-
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
 template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false,
           bool SPLIT_TAIL_ = false>
@@ -273,7 +269,7 @@ struct Sm90FwdConfig {
      * two-consumer kernels have that instance too, but not their split-tail
      * instances. */
     static constexpr bool STEADY_UNMASKED_OWN_KERNEL =
-        P_SMEM || (SM90_DIAG_ONLY && CONSUMERS == 2 && !FP8 && !SPLIT_TAIL_);
+        P_SMEM || (CONSUMERS == 2 && !FP8 && !SPLIT_TAIL_);
     static constexpr bool STEADY_MASKS = true;
     /* The split-tail kernel only as its instance without the steady loop's
      * masks and without the softcap: the other two spill with the merge
