@@ -158,8 +158,10 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     k->pair_tail = k->num_tiles / 2; /* nor a paired one (sm90_pair_tail_plan) */
     k->pair_tail_count = 0;
     k->top_left = p->top_left;
-    k->window_left = p->window_left;
-    k->window_right = p->window_right;
+    /* clamped where they hide nothing more (sm90_supports: Sq + Sk < 2^30) */
+    const int64_t reach = p->Sq + p->Sk;
+    k->window_left = (int)(p->window_left < -reach ? -reach : p->window_left > reach ? reach : p->window_left);
+    k->window_right = (int)(p->window_right < -reach ? -reach : p->window_right > reach ? reach : p->window_right);
     const float log2e = 1.4426950408889634f;
     if (p->softcap > 0.f) {
         k->softcap_pre = p->scale / p->softcap; /* s = c * tanh(scale * qk / c) */
@@ -373,7 +375,8 @@ extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
     }
     if (p->alibi || p->dropout_p != 0.f) return 0;
     if (!(p->scale > 0.f)) return 0; /* the running max assumes logits grow with q.k */
-    if (p->B < 1 || p->Sq < 1 || p->Sk < 1 || p->Sq >= ((int64_t)1 << 30) || p->Sk >= ((int64_t)1 << 30)) return 0;
+    /* Sq + Sk < 2^30: the kernel's key bounds in 32 bits (Sm90FwdParams::window_left) */
+    if (p->B < 1 || p->Sq < 1 || p->Sk < 1 || p->Sq + p->Sk >= ((int64_t)1 << 30)) return 0;
     if (p->Hq > 65535 || p->Hq % p->Hk) return 0;
     Sm90FwdParams k;
     return sm90_fill_params(p, &k, NULL, 0);

@@ -54,7 +54,10 @@ struct Sm90FwdParams {
     int num_tiles;                      /* tile indices (paired: two per pair, see sm90_decode_tile) */
     int paired;                         /* tile order for causal-like masks (sm90_decode_tile) */
     int top_left;                       /* diagonal alignment: 0, else Sk - Sq of each sequence */
-    int64_t window_left, window_right;  /* relative to the diagonal; huge when unbounded */
+    /* Relative to the diagonal, clamped to +-(sq + sk) (the same masks: no
+     * row's keys reach past that), so that the kernel's key bounds take
+     * 32-bit arithmetic (sq + sk < 2^30). */
+    int window_left, window_right;
     float scale_log2;                   /* multiplies S to give base-2 logits */
     float softcap_pre;                  /* softcap: S = tanh(S * softcap_pre); 0 = off */
     /* e4m3: per (batch, kv head) dequantisation factors, (B, Hk) contiguous;
@@ -114,8 +117,10 @@ struct Sm90FwdConfig {
     /* Varlen support (packed sequences, the tile's lengths and first rows
      * read from cu_seqlens). At head dim 256 it is a kernel instance of its
      * own (Sm90Varlen<Cfg>): its per-tile code would sit among the batched
-     * kernel's, whose registers it nearly fills. e4m3 is batched only. */
-    static constexpr bool VARLEN_OWN_KERNEL = D == 256 && !FP8;
+     * kernel's, whose registers it nearly fills. So too in the two-consumer
+     * head-dim-64 kernel, whose short tiles run the per-tile code often
+     * (docs/perf/sm90.md, item 98). e4m3 is batched only. */
+    static constexpr bool VARLEN_OWN_KERNEL = (D == 256 || (D == 64 && CONSUMERS_ == 2)) && !FP8;
     static constexpr bool VARLEN = !FP8 && !VARLEN_OWN_KERNEL;
     static_assert(!FP8 || ((D == 128 || D == 64) && BN % 32 == 0), "e4m3: one slab per Q/K row, whole V^T slabs");
     /* e4m3 V^T (D head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,

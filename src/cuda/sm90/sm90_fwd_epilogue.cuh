@@ -56,19 +56,20 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
                                                  const float *row_sum, float s_log2, int wg, int tid, float *inv) {
     const int lane = tid % 32;
     const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
+    float *lse_row0 = p.lse ? sm90_lse_at(p, tile, row0) : nullptr; /* the second row's is 8 rows on */
     for (int h = 0; h < 2; ++h) {
         float l = row_sum[h];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         /* row with no visible key: out 0; l >= 1 otherwise (the max's own P is
-         * 1), so the approximate reciprocal and log2 are within 2 ulp */
-        inv[h] = l > 0.f ? __fdividef(1.f, l) : 0.f;
+         * 1): never subnormal, and the approximate reciprocal and log2 are
+         * within 2 ulp */
+        inv[h] = l > 0.f ? fast_rcp(l) : 0.f;
         if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
             if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
-        int r = row0 + 8 * h;
-        if (p.lse && lane % 4 == 0 && r < tile.seq_q) {
-            float lse = l > 0.f ? (row_max[h] * s_log2 + __log2f(l)) * 0.69314718055994531f : -INFINITY;
-            *sm90_lse_at(p, tile, r) = lse;
+        if (p.lse && lane % 4 == 0 && row0 + 8 * h < tile.seq_q) {
+            float lse = l > 0.f ? (row_max[h] * s_log2 + fast_log2(l)) * 0.69314718055994531f : -INFINITY;
+            lse_row0[8 * h * p.lse_ss] = lse;
         }
     }
 }

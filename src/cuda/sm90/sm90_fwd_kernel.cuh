@@ -255,21 +255,20 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             const uint32_t next_q_parity = ((tile_iter + 1) / Cfg::Q_BUFS) & 1;
             mbar_wait(&v_full[prev_stage], prev_parity);
             if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
-            if constexpr (Cfg::P_BUFS == 2) {
-                /* the last turn's P V, then the newest P into buffer 0 (the last
-                 * P V's buffer is then the same on every path) */
-                retire_pv(pv_stage, o_started);
-                if (newest_p)
-#pragma unroll
-                    for (int i = 0; i < Cfg::P_REGS; ++i) P[0][i] = P[1][i];
-            }
+            if constexpr (Cfg::P_BUFS == 2) retire_pv(pv_stage, o_started); /* the last turn's P V */
             if (Cfg::JOIN && t_next < p.num_tiles) {
                 mbar_wait(&q_full[next_qb], next_q_parity);
                 mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             }
             named_bar_sync(my_turn, TURN_THREADS);
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
-            sm90_issue_pv<Cfg>(O, P[0], p_smem, v_base + prev_stage * Cfg::KV_BYTES, o_started);
+            const uint32_t last_v = v_base + prev_stage * Cfg::KV_BYTES;
+            /* two P buffers: the newest one by a branch (a copy into buffer 0
+             * was a select per register, every tile) */
+            if (Cfg::P_BUFS == 2 && newest_p)
+                sm90_issue_pv<Cfg>(O, P[Cfg::P_BUFS - 1], p_smem, last_v, o_started);
+            else
+                sm90_issue_pv<Cfg>(O, P[0], p_smem, last_v, o_started);
             if constexpr (Cfg::JOIN)
                 sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
             named_bar_arrive(next_turn, TURN_THREADS);

@@ -141,10 +141,11 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
         tile.map_b = tile.batch;
     }
     tile.diag_off = p.top_left ? 0 : tile.seq_k - tile.seq_q;
-    int64_t i0 = (int64_t)tile.m_block * Cfg::BM;
-    int64_t i1 = min(i0 + Cfg::BM, (int64_t)tile.seq_q) - 1;
-    int64_t lo = max((int64_t)0, i0 + tile.diag_off - p.window_left);
-    int64_t hi = min((int64_t)tile.seq_k, i1 + tile.diag_off + p.window_right + 1);
+    /* 32-bit: |i + diag_off| < sq + sk and the windows within +-(sq + sk) */
+    const int i0 = tile.m_block * Cfg::BM;
+    const int i1 = min(i0 + Cfg::BM, tile.seq_q) - 1;
+    const int lo = max(0, i0 + tile.diag_off - p.window_left);
+    const int hi = min(tile.seq_k, i1 + tile.diag_off + p.window_right + 1);
     if (hi <= lo) {
         tile.n_lo = tile.n_hi = 0;
     } else {

@@ -245,6 +245,21 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+/* 1 / x and log2(x), one MUFU instruction each: without -ftz the library's
+ * approximations add a rescale for subnormal x (six instructions), which
+ * callers whose x is never subnormal need not pay. */
+__device__ __forceinline__ float fast_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float fast_log2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* The lowest n bits set, for any n >= 0: PTX's shift clamps its amount to the
  * word's width (C's shift by 32 is undefined), so n >= 32 gives all bits
  * without a compare. */
