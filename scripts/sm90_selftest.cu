@@ -354,6 +354,11 @@ static int check_all(bool small, bool varlen_only) {
             cases.push_back({1, 333, 333, 2, 2, D, 0, 0, 7, 0, 0.f, (bool)bf, 1.f, 0});
             cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, (bool)bf, 3.f, 0});
             cases.push_back({1, 200, 900, 2, 1, D, 0, 0, -1, -1, 0.f, (bool)bf, 4.f, 0}); /* large scores */
+            /* the causal diagonal on 128-key block edges with Sq != Sk (the instances without the steady
+             * loop's masks) */
+            cases.push_back({1, 130, 258, 2, 1, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 300, 172, 2, 2, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
+            cases.push_back({1, 130, 500, 2, 2, D, 1, 1, -1, -1, 0.f, (bool)bf, 1.f, 0});
         }
     }
     if (!varlen_only) {

@@ -269,9 +269,10 @@ done_ref:
     if (c->alibi) ft_free(&slopes);
 }
 
-/* Lengths that do and do not divide the tiles. */
-static const int64_t k_lengths[][2] = {{1, 1}, {17, 17}, {113, 203}, {203, 113}, {1023, 1024},
-                                       {1, 239}, {3, 799}, {128, 128}, {256, 512}};
+/* Lengths that do and do not divide the tiles; {130, 258} and {300, 172}
+ * put the causal diagonal on 128-key block edges with Sq != Sk. */
+static const int64_t k_lengths[][2] = {{1, 1},   {17, 17},  {113, 203},  {203, 113}, {1023, 1024}, {1, 239},
+                                       {3, 799}, {128, 128}, {256, 512}, {130, 258}, {300, 172}};
 
 static int big(int64_t Sq, int64_t Sk) { return Sq * Sk > 200000; }
 
@@ -298,6 +299,10 @@ static void head_dims(fa_dtype dt) {
         c.opts.causal = (i % 2) == 1;
         run_case(&c);
     }
+    /* the causal diagonal on 128-key block edges, Sq != Sk */
+    scase diag = make("head dim 128 causal, diagonal on block edges", dt, 1, 130, 258, 2, 1, 128, 128);
+    diag.opts.causal = 1;
+    run_case(&diag);
     /* Head dims below one SIMD vector, with few query rows (decode-sized blocks)
      * and with a tail block after full ones. */
     static const int64_t tiny[] = {1, 2, 3, 5, 7};
