@@ -479,15 +479,21 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
 /* Cfg's kernel, or its softcap instance where it has one and the problem
  * has a softcap, or its instance without the steady loop's masks where it
  * has one and the problem needs none (the only instance of a split-tail
- * kernel with SPLIT_UNMASKED_ONLY), or its varlen instance where it has
- * one and the problem is varlen (never split: sm90_split_plan). */
+ * kernel with SPLIT_UNMASKED_ONLY), or its varlen instance (with the
+ * softcap, where Cfg has a softcap instance and the problem a softcap)
+ * where it has one and the problem is varlen (never split:
+ * sm90_split_plan). */
 template <class Cfg>
 static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     if constexpr (Cfg::SPLIT_TAIL && Cfg::SPLIT_UNMASKED_ONLY) {
         return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x); /* the only problems split (sm90_split_plan) */
     } else {
-        if constexpr (Cfg::VARLEN_OWN_KERNEL && !Cfg::SPLIT_TAIL)
+        if constexpr (Cfg::VARLEN_OWN_KERNEL && !Cfg::SPLIT_TAIL) {
+            if constexpr (Cfg::SOFTCAP_OWN_KERNEL) /* the varlen instance without the softcap, and with it */
+                if (p->cu_seqlens_q && k.softcap_pre != 0.f)
+                    return sm90_launch_instance<Sm90Varlen<Sm90Softcap<Cfg>>>(p, k, x);
             if (p->cu_seqlens_q) return sm90_launch_instance<Sm90Varlen<Cfg>>(p, k, x);
+        }
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
             if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
         if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)

@@ -118,9 +118,10 @@ struct Sm90FwdConfig {
      * read from cu_seqlens). At head dim 256 it is a kernel instance of its
      * own (Sm90Varlen<Cfg>): its per-tile code would sit among the batched
      * kernel's, whose registers it nearly fills. So too in the two-consumer
-     * head-dim-64 kernel, whose short tiles run the per-tile code often
-     * (docs/perf/sm90.md, item 98). e4m3 is batched only. */
-    static constexpr bool VARLEN_OWN_KERNEL = (D == 256 || (D == 64 && CONSUMERS_ == 2)) && !FP8;
+     * kernels at head dims 64 and 128, whose short tiles run the per-tile
+     * code often (docs/perf/sm90.md, items 98 and 101). e4m3 is batched
+     * only. */
+    static constexpr bool VARLEN_OWN_KERNEL = (D == 256 || (D <= 128 && CONSUMERS_ == 2)) && !FP8;
     static constexpr bool VARLEN = !FP8 && !VARLEN_OWN_KERNEL;
     static_assert(!FP8 || ((D == 128 || D == 64) && BN % 32 == 0), "e4m3: one slab per Q/K row, whole V^T slabs");
     /* e4m3 V^T (D head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,
