@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include "sm90_ptx.cuh"
+#include "sm90_seq.cuh"
 #include "sm90_wgmma.cuh"
 
 /* Everything the kernel needs, passed by value as a __grid_constant__. */
@@ -124,30 +125,9 @@ struct Sm90BwdConfig {
  * warpgroup forms P^T and the other dS^T: P^T written, dS^T written. */
 enum { BWD_BAR_DS = 1, BWD_BAR_P_READY = 2, BWD_BAR_DS_READY = 3, BWD_BAR_DQ0 = 4 /* + warpgroup: its dQ staged */ };
 
-/* One sequence of the batch: its lengths and where its rows start. */
-struct Sm90BwdSeq {
-    int seq_q, seq_k;   /* this sequence's lengths */
-    int q_row0, k_row0; /* its first row in the maps' row dimension (0 when batched) */
-    int map_b;          /* its coordinate in the maps' batch dimension (0 for varlen) */
-    int diag;           /* key j is on query i's diagonal when j == i + diag */
-};
-
-__device__ __forceinline__ Sm90BwdSeq sm90_bwd_seq(const Sm90BwdParams &p, int b) {
-    Sm90BwdSeq s;
-    if (p.cu_seqlens_q) {
-        s.q_row0 = __ldg(&p.cu_seqlens_q[b]);
-        s.k_row0 = __ldg(&p.cu_seqlens_k[b]);
-        s.seq_q = __ldg(&p.cu_seqlens_q[b + 1]) - s.q_row0;
-        s.seq_k = __ldg(&p.cu_seqlens_k[b + 1]) - s.k_row0;
-        s.map_b = 0;
-    } else {
-        s.q_row0 = s.k_row0 = 0;
-        s.seq_q = p.sq;
-        s.seq_k = p.sk;
-        s.map_b = b;
-    }
-    s.diag = p.top_left ? 0 : s.seq_k - s.seq_q;
-    return s;
+/* One sequence of the batch (sm90_seq.cuh). */
+__device__ __forceinline__ Sm90Seq sm90_bwd_seq(const Sm90BwdParams &p, int b) {
+    return sm90_seq(p, p.cu_seqlens_q != nullptr, b);
 }
 
 /* The query blocks that see some key of a key block, and the work list. */
@@ -158,7 +138,7 @@ struct Sm90BwdWork {
 };
 
 template <class Cfg>
-__device__ __forceinline__ Sm90BwdWork sm90_bwd_work(const Sm90BwdParams &p, const Sm90BwdSeq &s, int n_block) {
+__device__ __forceinline__ Sm90BwdWork sm90_bwd_work(const Sm90BwdParams &p, const Sm90Seq &s, int n_block) {
     Sm90BwdWork w;
     w.n0 = n_block * Cfg::BN;
     const int64_t n1 = min(w.n0 + Cfg::BN, s.seq_k);
@@ -189,7 +169,7 @@ template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_t *smem, uint64_t *bars) {
     uint64_t *kv_full = bars, *rows_full = bars + 1, *rows_empty = bars + 1 + Cfg::STAGES;
     const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-    const Sm90BwdSeq sq = sm90_bwd_seq(p, b);
+    const Sm90Seq sq = sm90_bwd_seq(p, b);
     const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, sq, n_block);
     if (w.total == 0) return; /* the consumers write zeros and wait for nothing */
     tma_prefetch_map(&p.tm_q);
@@ -304,7 +284,7 @@ __device__ __forceinline__ void sm90_bwd_store_pairs(uint8_t *tile, const uint32
  * (batched: TMA's zeros; varlen: the next sequence's keys). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_probs(float *St, const float *lse2, const Sm90BwdParams &p,
-                                               const Sm90BwdSeq &sq, int n0, int m0, int key_row, int quad_col) {
+                                               const Sm90Seq &sq, int n0, int m0, int key_row, int quad_col) {
 #pragma unroll
     for (int i = 0; i < Cfg::BM / 2; i += 2) {
         const float2 l2 = *reinterpret_cast<const float2 *>(lse2 + 8 * (i / 4) + quad_col);
@@ -374,7 +354,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
     const int wg_keys = Cfg::SPLIT_KEYS ? wg * 64 : 0;    /* this warpgroup's first key of the block */
     const int key_row = wg_keys + warp * 16 + g;          /* this thread's keys: key_row, key_row + 8 */
     const int dkv_col0 = Cfg::SPLIT_KEYS ? 0 : wg * Cfg::DKV_N; /* this warpgroup's dK / dV columns */
-    const Sm90BwdSeq sq = sm90_bwd_seq(p, b);
+    const Sm90Seq sq = sm90_bwd_seq(p, b);
     const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, sq, n_block);
 
     const uint32_t k_addr = smem_addr(smem + Cfg::OFF_K), v_addr = smem_addr(smem + Cfg::OFF_V);
@@ -527,7 +507,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
 
     /* dK = scale * sum dS^T Q and dV = sum P^T dO for the keys inside the
      * sequence (its lengths read again rather than kept through the loop). */
-    const Sm90BwdSeq s_end = sm90_bwd_seq(p, opaque_int(b));
+    const Sm90Seq s_end = sm90_bwd_seq(p, opaque_int(b));
 #pragma unroll
     for (int i = 0; i < Cfg::DKV_N / 2; i += 2) {
         const int key = w.n0 + key_row + 8 * ((i / 2) % 2), col = dkv_col0 + 8 * (i / 4) + quad_col;

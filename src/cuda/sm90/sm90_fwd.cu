@@ -49,6 +49,10 @@ static sm90_variant sm90_pick(const fa_problem *p) {
     }
 }
 
+/* A window bound (relative to the diagonal) within +-reach = Sq + Sk: past
+ * that it hides the same keys, none or all (Sm90FwdParams::window_left). */
+static int sm90_clamp_window(int64_t w, int64_t reach) { return (int)(w < -reach ? -reach : w > reach ? reach : w); }
+
 /* The tile shape of a variant's kernel, as the host needs it for the tensor
  * maps and the tile count: read from its Sm90FwdConfig. */
 struct Sm90Shape {
@@ -158,10 +162,9 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     k->pair_tail = k->num_tiles / 2; /* nor a paired one (sm90_pair_tail_plan) */
     k->pair_tail_count = 0;
     k->top_left = p->top_left;
-    /* clamped where they hide nothing more (sm90_supports: Sq + Sk < 2^30) */
-    const int64_t reach = p->Sq + p->Sk;
-    k->window_left = (int)(p->window_left < -reach ? -reach : p->window_left > reach ? reach : p->window_left);
-    k->window_right = (int)(p->window_right < -reach ? -reach : p->window_right > reach ? reach : p->window_right);
+    /* clamped where they hide nothing more (fa_sm90_fwd_supports: Sq + Sk < 2^30) */
+    k->window_left = sm90_clamp_window(p->window_left, p->Sq + p->Sk);
+    k->window_right = sm90_clamp_window(p->window_right, p->Sq + p->Sk);
     const float log2e = 1.4426950408889634f;
     if (p->softcap > 0.f) {
         k->softcap_pre = p->scale / p->softcap; /* s = c * tanh(scale * qk / c) */

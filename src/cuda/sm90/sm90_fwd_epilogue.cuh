@@ -12,7 +12,7 @@
 /* Address of output row r (within the sequence) of a tile's head. */
 __device__ __forceinline__ uint8_t *sm90_out_row(const Sm90FwdParams &p, const Sm90Tile &t, int r) {
     return (uint8_t *)p.out +
-           2 * ((int64_t)t.batch * p.out_sb + (int64_t)(t.q_row0 + r) * p.out_ss + (int64_t)t.head * p.out_sh);
+           2 * ((int64_t)t.batch * p.out_sb + (int64_t)(t.seq.q_row0 + r) * p.out_ss + (int64_t)t.head * p.out_sh);
 }
 
 /* Rows of a tile with no visible key: zeros straight to global memory. */
@@ -22,7 +22,7 @@ __device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, con
     int row0 = t.m_block * Cfg::BM + wg * 64;
     for (int c = tid; c < 64 * chunks; c += 128) {
         int r = row0 + c / chunks;
-        if (r >= t.seq_q) continue;
+        if (r >= t.seq.seq_q) continue;
         *reinterpret_cast<uint4 *>(sm90_out_row(p, t, r) + (c % chunks) * 16) = make_uint4(0, 0, 0, 0);
     }
 }
@@ -44,7 +44,7 @@ __device__ __forceinline__ void sm90_store_staged_rows(const Sm90FwdParams &p, c
 
 /* lse of row r (within the sequence) of a tile's head. */
 __device__ __forceinline__ float *sm90_lse_at(const Sm90FwdParams &p, const Sm90Tile &t, int r) {
-    return p.lse + (int64_t)t.batch * p.lse_sb + (int64_t)t.head * p.lse_sh + (int64_t)(t.q_row0 + r) * p.lse_ss;
+    return p.lse + (int64_t)t.batch * p.lse_sb + (int64_t)t.head * p.lse_sh + (int64_t)(t.seq.q_row0 + r) * p.lse_ss;
 }
 
 /* The part of a tile's epilogue that needs no O, so that it can run while
@@ -67,7 +67,7 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
         inv[h] = l > 0.f ? fast_rcp(l) : 0.f;
         if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
             if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
-        if (p.lse && lane % 4 == 0 && row0 + 8 * h < tile.seq_q) {
+        if (p.lse && lane % 4 == 0 && row0 + 8 * h < tile.seq.seq_q) {
             float lse = l > 0.f ? (row_max[h] * s_log2 + fast_log2(l)) * 0.69314718055994531f : -INFINITY;
             lse_row0[8 * h * p.lse_ss] = lse;
         }
@@ -158,11 +158,11 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
                     pack2<elem16_t<Cfg::BF16>>(o[6] * inv[1], o[7] * inv[1]));
     }
     fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
-    const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq_q - wg_row0);
+    const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq.seq_q - wg_row0);
     const bool by_rows = Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64;
     if constexpr (Cfg::STORE_THREAD) {
         if (!by_rows) {
-            sm90_post(mailbox, o_full, tile.q_row0 + wg_row0, tile.head, tile.map_b, SM90_MAIL_STORE, tid);
+            sm90_post(mailbox, o_full, tile.seq.q_row0 + wg_row0, tile.head, tile.seq.map_b, SM90_MAIL_STORE, tid);
             return;
         }
     }
@@ -179,8 +179,8 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
             sm90_post(mailbox, o_full, 0, 0, 0, SM90_MAIL_NONE, tid);
     } else if (tid == 0) {
         for (int s = 0; s < Cfg::O_SLABS; ++s)
-            tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.q_row0 + wg_row0, tile.head,
-                         tile.map_b);
+            tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.seq.q_row0 + wg_row0, tile.head,
+                         tile.seq.map_b);
         tma_store_commit();
         if (Cfg::O_IN_RING) {
             tma_store_wait_read(); /* the stage goes back to the producer once the store has read it */

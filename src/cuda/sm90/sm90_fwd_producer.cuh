@@ -44,7 +44,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
             for (int s = 0; s < Cfg::SLABS; ++s)
                 tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
-                            s * Cfg::BOX_COLS, tile.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.map_b);
+                            s * Cfg::BOX_COLS, tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.seq.map_b);
         }
         /* Varlen: a block straddling the sequence end also loads the next
          * sequence's first keys (or zeros past the tensor); the consumers mask
@@ -59,7 +59,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                 uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
                 for (int s = 0; s < Cfg::SLABS; ++s)
                     tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
-                                tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
+                                tile.seq.k_row0 + n * Cfg::BN, kv_head, tile.seq.map_b);
             } else {
                 mbar_wait(&v_empty[stage], parity);
                 mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
@@ -67,11 +67,11 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                 if constexpr (Cfg::FP8) { /* V^T: D head-dim rows of BN keys, VT_SLAB_KEYS per slab */
                     for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
                         tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage],
-                                    n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, tile.map_b);
+                                    n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, tile.seq.map_b);
                 } else {
                     for (int s = 0; s < Cfg::SLABS; ++s)
                         tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64,
-                                    tile.k_row0 + n * Cfg::BN, kv_head, tile.map_b);
+                                    tile.seq.k_row0 + n * Cfg::BN, kv_head, tile.seq.map_b);
                 }
             }
         }

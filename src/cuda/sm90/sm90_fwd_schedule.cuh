@@ -8,14 +8,13 @@
 
 #include "sm90_fwd_config.cuh"
 #include "sm90_ptx.cuh"
+#include "sm90_seq.cuh"
 
+/* A tile: query block m_block of one (batch, head), in its sequence. */
 struct Sm90Tile {
     int m_block, head, batch;
-    int seq_q, seq_k;   /* this sequence's lengths */
-    int q_row0, k_row0; /* its first row in the maps' row dimension (0 when batched) */
-    int map_b;          /* its coordinate in the maps' batch dimension (0 for varlen) */
-    int diag_off;       /* key j is on row i's diagonal when j == i + diag_off */
-    int n_lo, n_hi;     /* kv blocks [n_lo, n_hi) hold every visible key */
+    Sm90Seq seq; /* here, not first: the kernels' SASS is then the one measured (first changes it) */
+    int n_lo, n_hi; /* kv blocks [n_lo, n_hi) hold every visible key */
 };
 
 /* Tiles that do not exist are skipped by every warpgroup alike: one past the
@@ -23,7 +22,7 @@ struct Sm90Tile {
  * has fewer than the longest sequence). */
 template <class Cfg>
 __device__ __forceinline__ bool sm90_tile_live(const Sm90FwdParams &p, const Sm90Tile &t) {
-    return t.batch < p.batch && (!Cfg::VARLEN || t.m_block * Cfg::BM < t.seq_q);
+    return t.batch < p.batch && (!Cfg::VARLEN || t.m_block * Cfg::BM < t.seq.seq_q);
 }
 
 /* Tile order. Consecutive tiles share a head, so the CTAs working at the same
@@ -127,25 +126,14 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
     }
     /* batch = p.batch: past the last head (paired order, odd head count) */
     tile.head = sm90_divmod(hb, p.h_div, &tile.batch);
-    if (Cfg::VARLEN && p.cu_seqlens_q) {
-        const int b = min(tile.batch, p.batch - 1); /* a tile past the last head is not live */
-        tile.q_row0 = __ldg(&p.cu_seqlens_q[b]);
-        tile.k_row0 = __ldg(&p.cu_seqlens_k[b]);
-        tile.seq_q = __ldg(&p.cu_seqlens_q[b + 1]) - tile.q_row0;
-        tile.seq_k = __ldg(&p.cu_seqlens_k[b + 1]) - tile.k_row0;
-        tile.map_b = 0;
-    } else {
-        tile.q_row0 = tile.k_row0 = 0;
-        tile.seq_q = p.sq;
-        tile.seq_k = p.sk;
-        tile.map_b = tile.batch;
-    }
-    tile.diag_off = p.top_left ? 0 : tile.seq_k - tile.seq_q;
-    /* 32-bit: |i + diag_off| < sq + sk and the windows within +-(sq + sk) */
+    const bool varlen = Cfg::VARLEN && p.cu_seqlens_q;
+    /* (varlen: a tile past the last head is not live, but reads a real sequence) */
+    tile.seq = sm90_seq(p, varlen, varlen ? min(tile.batch, p.batch - 1) : tile.batch);
+    /* 32-bit: |i + diag| < sq + sk and the windows within +-(sq + sk) */
     const int i0 = tile.m_block * Cfg::BM;
-    const int i1 = min(i0 + Cfg::BM, tile.seq_q) - 1;
-    const int lo = max(0, i0 + tile.diag_off - p.window_left);
-    const int hi = min(tile.seq_k, i1 + tile.diag_off + p.window_right + 1);
+    const int i1 = min(i0 + Cfg::BM, tile.seq.seq_q) - 1;
+    const int lo = max(0, i0 + tile.seq.diag - p.window_left);
+    const int hi = min(tile.seq.seq_k, i1 + tile.seq.diag + p.window_right + 1);
     if (hi <= lo) {
         tile.n_lo = tile.n_hi = 0;
     } else {

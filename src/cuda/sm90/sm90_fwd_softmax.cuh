@@ -318,9 +318,9 @@ __device__ __forceinline__ Sm90RowSetup sm90_row_setup(const Sm90FwdParams &p, c
     /* keys past the sequence end (another sequence's, in a varlen block) are hidden */
     const int row0 = sm90_first_row<Cfg>(tile, wg, tid); /* rows row0, row0 + 8 of the sequence */
     for (int h = 0; h < 2; ++h) {
-        const int c = row0 + 8 * h + tile.diag_off; /* 32-bit: see Sm90FwdParams::window_left */
-        r.key_lo[h] = max(0, min(tile.seq_k, c - p.window_left));
-        r.key_hi[h] = max(0, min(tile.seq_k, c + p.window_right + 1));
+        const int c = row0 + 8 * h + tile.seq.diag; /* 32-bit: see Sm90FwdParams::window_left */
+        r.key_lo[h] = max(0, min(tile.seq.seq_k, c - p.window_left));
+        r.key_hi[h] = max(0, min(tile.seq.seq_k, c + p.window_right + 1));
     }
     r.s_log2 = p.scale_log2;
     r.cap_pre = Cfg::SOFTCAP ? p.softcap_pre : 0.f; /* 0: no softcap code in this instance */
