@@ -8,8 +8,10 @@ one process on their own inputs; this one times what a caller gets, which for
 short cells can differ by several percent (docs/perf/sm90.md, item 78).
 
     python3 bench/gpu_lib_ab.py OLD.so NEW.so [--rounds 2] -- --dims 256 --no-bwd
+    python3 bench/gpu_lib_ab.py OLD.so NEW.so --pass bwd -- --dims 128
 
-Arguments after `--` go to gpu_vs_torch.py (`--timing stream` unless given)."""
+Arguments after `--` go to gpu_vs_torch.py (`--timing stream` unless given).
+`--pass bwd` compares the backward's TFLOP/s instead (don't pass --no-bwd)."""
 import argparse
 import json
 import os
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("lib_a")
     ap.add_argument("lib_b")
     ap.add_argument("--rounds", type=int, default=2, help="runs of each build, alternating")
+    ap.add_argument("--pass", dest="which", choices=("fwd", "bwd"), default="fwd", help="which pass to compare")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if "--timing" not in extra:
         extra += ["--timing", "stream"]
@@ -46,9 +49,10 @@ def main():
                 for row in run(lib, extra, os.path.join(tmp, f"{tag}{r}")):
                     res = row["results"]
                     key = (row["D"], row["B"], row["S"], row["causal"])
-                    pair = (res["ours"][timing]["fwd_tflops"], res["cudnn"][timing]["fwd_tflops"])
+                    field = f"{args.which}_tflops"
+                    pair = (res["ours"][timing][field], res["cudnn"][timing][field])
                     cells.setdefault(key, {"a": [], "b": []})[tag].append(pair)
-    print(f"# A = {args.lib_a}\n# B = {args.lib_b}\n# {args.rounds} rounds each, {timing} timing, forward TFLOP/s")
+    print(f"# A = {args.lib_a}\n# B = {args.lib_b}\n# {args.rounds} rounds each, {timing} timing, {'forward' if args.which == 'fwd' else 'backward'} TFLOP/s")
     print("D    B x S     causal | A ours (each round)   | B ours (each round)   | B/A    | A/cuDNN | B/cuDNN")
     for (d, b, s, causal), v in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][3], kv[0][2])):
         a_med = statistics.median(x for x, _ in v["a"])

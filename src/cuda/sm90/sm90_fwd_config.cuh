@@ -195,11 +195,11 @@ struct Sm90FwdConfig {
     static constexpr bool EXP_TURN = !FP8 && D == 64 && CONSUMERS == 2;
     static_assert(P_BUFS == 1 || (RESCALE_IN_TURN && !LATE_PV_RETIRE && !JOIN),
                   "double-buffered P: the P V is waited for before the turn, O rescaled inside it");
-    /* The Q buffer's address kept warp-uniform, so the Q descriptors sit in
-     * uniform registers and a Q K^T k-step costs a few uniform-datapath
-     * instructions in the turn (item 32). At head dim 256 (16 k-steps)
-     * holding them spills: there the address is made opaque and the
-     * descriptors are rebuilt per tile. */
+    /* The Q descriptors sit in uniform registers, so a Q K^T k-step costs
+     * one uniform add per operand in the turn (items 32, 102). At head dim
+     * 256 (16 k-steps) holding them across the tile loop spills in the
+     * instances with mask code: there the Q descriptor is made opaque and
+     * rebuilt per block. */
     static constexpr bool Q_DESC_UNIFORM = D != 256;
     /* The split tail (sm90_split_piece), compiled into a kernel of its own:
      * the code it adds to every tile start and end cost the head-dim-128
@@ -320,6 +320,8 @@ template <class Cfg> struct Sm90Softcap : Cfg {
 /* A config whose steady loop has no mask code (see STEADY_UNMASKED_OWN_KERNEL). */
 template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
     static constexpr bool STEADY_MASKS = false;
+    /* without the mask code there is room for uniform Q descriptors at head dim 256 too */
+    static constexpr bool Q_DESC_UNIFORM = true;
 };
 
 /* A config whose kernel runs varlen problems (see VARLEN_OWN_KERNEL). */

@@ -104,11 +104,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
         Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
 
-        /* Address of Q buffer qb (see Q_DESC_UNIFORM). */
-        auto q_buffer = [&](uint32_t qb) -> uint32_t {
-            const uint32_t a = q_base + qb * Cfg::Q_BYTES;
-            return Cfg::Q_DESC_UNIFORM ? a : (uint32_t)opaque_int((int)a);
-        };
+        auto q_buffer = [&](uint32_t qb) -> uint32_t { return q_base + qb * Cfg::Q_BYTES; };
 
         /* A tile's first S in a turn of its own: the CTA's first tile, and
          * every tile without JOIN. q_parity: the Q buffer's phase. */

@@ -19,7 +19,9 @@
 template <class Cfg>
 __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_t k_addr) {
     fence_regs<Cfg::BN / 2>(S);
-    const DescSw<Cfg::QK_SW> qd(q_addr, 16), kd(k_addr, 16);
+    DescSw<Cfg::QK_SW> qd(q_addr, 16);
+    const DescSw<Cfg::QK_SW> kd(k_addr, 16);
+    if (!Cfg::Q_DESC_UNIFORM) opaque_u64(&qd.base); /* rebuilt here, not held across the tile loop */
     constexpr int STEPS = Cfg::QK_SW / 32; /* k-steps per slab */
     wgmma_fence();
 #pragma unroll

@@ -202,23 +202,22 @@ __device__ __forceinline__ void fence_regs(uint32_t *r) {
  * address, leading byte offset, stride byte offset = 8 rows of SW bytes (one
  * swizzle atom), swizzle mode 1 (128 B), 2 (64 B) or 3 (32 B). The tile's
  * atoms must be aligned to their size (base offset 0).
- * Kept as its low word (address >> 4, LBO >> 4 << 16): the high word is a
- * constant, and a step inside the tile adds offset >> 4 to the low word
+ * Kept whole: a step inside the tile adds offset >> 4 to the low word
  * alone (shared addresses stay below 2^18, so the 14-bit address field never
- * carries into the LBO). One add per wgmma instead of rebuilding the whole
- * descriptor from the address each time. */
+ * carries into the LBO, nor the low word into the high one), and as a 64-bit
+ * add that is one uniform instruction (UIADD3.64) per wgmma operand. Built
+ * from a low word and a constant high word instead, each wgmma took an add and
+ * a move of the high word into the operand's register pair. */
 template <int SW>
 struct DescSw {
     static_assert(SW == 128 || SW == 64 || SW == 32, "swizzle span: 128, 64 or 32 bytes");
     /* SBO (8 rows) in the low bits; the swizzle mode in bits 62-63 of the descriptor */
     static constexpr uint32_t HI = ((8 * SW) >> 4) | ((SW == 128 ? 1u : SW == 64 ? 2u : 3u) << 30);
-    uint32_t lo;
+    uint64_t base;
     __device__ __forceinline__ DescSw(uint32_t base_addr, uint32_t lbo_bytes)
-        : lo(((base_addr & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16)) {}
+        : base(((uint64_t)HI << 32) | ((base_addr & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16)) {}
     /* the descriptor of the tile starting `offset` bytes (a multiple of 16) past the base */
-    __device__ __forceinline__ uint64_t at(uint32_t offset) const {
-        return ((uint64_t)HI << 32) | (lo + (offset >> 4));
-    }
+    __device__ __forceinline__ uint64_t at(uint32_t offset) const { return base + (offset >> 4); }
 };
 using DescSw128 = DescSw<128>;
 
@@ -228,6 +227,9 @@ __device__ __forceinline__ int opaque_int(int x) {
     asm volatile("" : "+r"(x));
     return x;
 }
+
+/* The same for a 64-bit value, in place. */
+__device__ __forceinline__ void opaque_u64(uint64_t *x) { asm volatile("" : "+l"(*x)); }
 
 /* gridDim.x read at the point of use (a special register), for loops that
  * cannot afford to keep it in a register (the 24-register producer). */
