@@ -78,10 +78,14 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     const int tid = threadIdx.x % 128;
     const int quad_col = 2 * (tid % 4);
-    const uint32_t q_base = smem_addr(smem + Cfg::OFF_Q) + wg * 64 * Cfg::QK_SW; /* this warpgroup's rows */
-    const uint32_t k_base = smem_addr(smem + Cfg::OFF_K), v_base = smem_addr(smem + Cfg::OFF_V);
+    /* descriptors of Q buffer 0 (this warpgroup's rows) and of the K and V
+     * rings' stage 0; buffer or stage i is i * Q_BYTES or i * KV_BYTES further on */
+    const Sm90QKDesc<Cfg> q_desc0 = sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_Q) + wg * 64 * Cfg::QK_SW);
+    const Sm90QKDesc<Cfg> k_ring = sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_K));
+    const Sm90VDesc<Cfg> v_ring = sm90_v_desc<Cfg>(smem_addr(smem + Cfg::OFF_V));
     uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128; /* O staging: this warpgroup's 64 rows of each slab */
     const uint32_t p_smem = smem_addr(smem + Cfg::OFF_P) + wg * 64 * 128; /* P_SMEM: this warpgroup's P */
+    const DescSw128 p_desc(p_smem, 16);
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
      * hand the turn to the next warpgroup. */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
@@ -104,7 +108,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
         Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
 
-        auto q_buffer = [&](uint32_t qb) -> uint32_t { return q_base + qb * Cfg::Q_BYTES; };
+        /* Descriptor of Q buffer qb (see Q_DESC_UNIFORM). */
+        auto q_buffer = [&](uint32_t qb) {
+            Sm90QKDesc<Cfg> d = q_desc0.shifted(qb * Cfg::Q_BYTES);
+            if (!Cfg::Q_DESC_UNIFORM) opaque_u64(&d.base); /* rebuilt per block, not held across the tile loop */
+            return d;
+        };
 
         /* A tile's first S in a turn of its own: the CTA's first tile, and
          * every tile without JOIN. q_parity: the Q buffer's phase. */
@@ -112,7 +121,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             mbar_wait(&q_full[qb], q_parity);
             mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             named_bar_sync(my_turn, TURN_THREADS);
-            sm90_issue_qk<Cfg>(S, q_buffer(qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
+            sm90_issue_qk<Cfg>(S, q_buffer(qb), k_ring.shifted((it % Cfg::STAGES) * Cfg::KV_BYTES));
             named_bar_arrive(next_turn, TURN_THREADS);
         };
         issue_first_s(0, 0);
@@ -144,7 +153,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
         for (;;) {
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
-            const uint32_t q_addr = q_buffer(qb);
+            const Sm90QKDesc<Cfg> q_desc = q_buffer(qb);
             /* This tile's first (highest) kv block: its S was issued in an
              * earlier turn; nothing to overlap with until the next turn. */
             int n = tile.n_hi - 1;
@@ -178,11 +187,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     mbar_wait(&k_full[st], (it / Cfg::STAGES) & 1);
                     retire_pv((it - 2) % Cfg::STAGES, o_started); /* the last turn's P V: long done */
                     named_bar_sync(my_turn, TURN_THREADS);
-                    sm90_issue_qk<Cfg>(S, q_addr, k_base + st * Cfg::KV_BYTES);
+                    sm90_issue_qk<Cfg>(S, q_desc, k_ring.shifted(st * Cfg::KV_BYTES));
                     /* O to the max of block n + 1 while Q K^T runs */
                     if (o_started) sm90_rescale_o<Cfg>(O, rescale);
                     mbar_wait(&v_full[prev_st], (prev / Cfg::STAGES) & 1);
-                    sm90_issue_pv<Cfg>(O, P[BUF], p_smem, v_base + prev_st * Cfg::KV_BYTES, o_started);
+                    sm90_issue_pv<Cfg>(O, P[BUF], p_desc, v_ring.shifted(prev_st * Cfg::KV_BYTES), o_started);
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
@@ -214,12 +223,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     mbar_wait(&k_full[stage], parity);
                     if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
                     named_bar_sync(my_turn, TURN_THREADS);
-                    sm90_issue_qk<Cfg>(S, q_addr, k_base + stage * Cfg::KV_BYTES);
+                    sm90_issue_qk<Cfg>(S, q_desc, k_ring.shifted(stage * Cfg::KV_BYTES));
                     /* O to the max of block n + 1 while Q K^T runs: off the path
                      * from the softmax to this turn */
                     if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
                     mbar_wait(&v_full[prev_stage], prev_parity);
-                    sm90_issue_pv<Cfg>(O, P[0], p_smem, v_base + prev_stage * Cfg::KV_BYTES, o_started);
+                    sm90_issue_pv<Cfg>(O, P[0], p_desc, v_ring.shifted(prev_stage * Cfg::KV_BYTES), o_started);
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
@@ -258,15 +267,15 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             }
             named_bar_sync(my_turn, TURN_THREADS);
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
-            const uint32_t last_v = v_base + prev_stage * Cfg::KV_BYTES;
+            const auto last_v = v_ring.shifted(prev_stage * Cfg::KV_BYTES);
             /* two P buffers: the newest one by a branch (a copy into buffer 0
              * was a select per register, every tile) */
             if (Cfg::P_BUFS == 2 && newest_p)
-                sm90_issue_pv<Cfg>(O, P[Cfg::P_BUFS - 1], p_smem, last_v, o_started);
+                sm90_issue_pv<Cfg>(O, P[Cfg::P_BUFS - 1], p_desc, last_v, o_started);
             else
-                sm90_issue_pv<Cfg>(O, P[0], p_smem, last_v, o_started);
+                sm90_issue_pv<Cfg>(O, P[0], p_desc, last_v, o_started);
             if constexpr (Cfg::JOIN)
-                sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_base + (it % Cfg::STAGES) * Cfg::KV_BYTES);
+                sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_ring.shifted((it % Cfg::STAGES) * Cfg::KV_BYTES));
             named_bar_arrive(next_turn, TURN_THREADS);
             /* without JOIN: find the next tile while the last P V runs */
             if constexpr (!Cfg::JOIN)

@@ -15,13 +15,26 @@
 #include "sm90_ptx.cuh"
 #include "sm90_wgmma.cuh"
 
+/* Descriptors of the Q buffers and K stages (K-major), of the V stages and
+ * of P in shared memory (P_SMEM). V is [key][d], an MN-major B operand whose
+ * 64-column slabs lie KV_SLAB bytes apart (the LBO); for e4m3, V^T is
+ * [d][key], K-major like K. A consumer builds each buffer's or ring's
+ * first one once and steps to the others with one add (DescSw::shifted),
+ * instead of a mask, a shift and an or from the address between a stage's
+ * wait and its first wgmma. */
+template <class Cfg> using Sm90QKDesc = DescSw<Cfg::QK_SW>;
+template <class Cfg> using Sm90VDesc = DescSw<Cfg::FP8 ? Cfg::VT_SLAB_KEYS : 128>;
+template <class Cfg> __device__ __forceinline__ Sm90QKDesc<Cfg> sm90_qk_desc(uint32_t addr) {
+    return Sm90QKDesc<Cfg>(addr, 16);
+}
+template <class Cfg> __device__ __forceinline__ Sm90VDesc<Cfg> sm90_v_desc(uint32_t v_addr) {
+    return Sm90VDesc<Cfg>(v_addr, Cfg::FP8 ? 16 : Cfg::KV_SLAB);
+}
+
 /* Issue S = Q K^T for this warpgroup's 64 rows (one commit group). */
 template <class Cfg>
-__device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_t k_addr) {
+__device__ __forceinline__ void sm90_issue_qk(float *S, Sm90QKDesc<Cfg> qd, const Sm90QKDesc<Cfg> &kd) {
     fence_regs<Cfg::BN / 2>(S);
-    DescSw<Cfg::QK_SW> qd(q_addr, 16);
-    const DescSw<Cfg::QK_SW> kd(k_addr, 16);
-    if (!Cfg::Q_DESC_UNIFORM) opaque_u64(&qd.base); /* rebuilt here, not held across the tile loop */
     constexpr int STEPS = Cfg::QK_SW / 32; /* k-steps per slab */
     wgmma_fence();
 #pragma unroll
@@ -36,19 +49,16 @@ __device__ __forceinline__ void sm90_issue_qk(float *S, uint32_t q_addr, uint32_
     fence_regs<Cfg::BN / 2>(S);
 }
 
-/* Issue O (+)= P V (one commit group). V is [key][d] in smem: an MN-major B
- * operand whose 64-column slabs lie KV_SLAB bytes apart (the LBO). P comes
- * from registers, or with P_SMEM from this warpgroup's buffer at p_addr. */
+/* Issue O (+)= P V (one commit group). P comes from registers, or with
+ * P_SMEM from this warpgroup's buffer (pd: K-major like Q, one 128-byte slab). */
 template <class Cfg>
-__device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t p_addr, uint32_t v_addr,
+__device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, const DescSw128 &pd, const Sm90VDesc<Cfg> &vd,
                                               int accumulate) {
     fence_regs<Cfg::D / 2>(O);
     if (!Cfg::P_SMEM) fence_regs<Cfg::P_REGS>(P);
     wgmma_fence();
     if constexpr (Cfg::FP8) {
-        /* V^T is [d][key]: a K-major B operand like K in Q K^T, 32 keys (32 B) per k-step */
-        const DescSw<Cfg::VT_SLAB_KEYS> vd(v_addr, 16);
-        const DescSw128 pd(p_addr, 16); /* P: K-major like Q, one 128-byte slab */
+        /* V^T: 32 keys (32 B) per k-step */
         constexpr int STEPS = Cfg::VT_SLAB_KEYS / 32; /* k-steps per slab */
 #pragma unroll
         for (int k = 0; k < Cfg::BN / 32; ++k) {
@@ -59,7 +69,6 @@ __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, uint32_t p_
                 wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, vk, accumulate || k > 0);
         }
     } else {
-        const DescSw128 vd(v_addr, Cfg::KV_SLAB);
 #pragma unroll
         for (int k = 0; k < Cfg::BN / 16; ++k) /* 16 keys = 2048 B per k-step */
             wgmma_rs<Cfg::D, Cfg::BF16, false>(O, P + 4 * k, vd.at(k * 16 * 128), accumulate || k > 0);

@@ -218,6 +218,12 @@ struct DescSw {
         : base(((uint64_t)HI << 32) | ((base_addr & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16)) {}
     /* the descriptor of the tile starting `offset` bytes (a multiple of 16) past the base */
     __device__ __forceinline__ uint64_t at(uint32_t offset) const { return base + (offset >> 4); }
+    /* the same layout `offset` bytes further on (another buffer or ring stage) */
+    __device__ __forceinline__ DescSw shifted(uint32_t offset) const {
+        DescSw d = *this;
+        d.base += offset >> 4;
+        return d;
+    }
 };
 using DescSw128 = DescSw<128>;
 
