@@ -198,8 +198,9 @@ struct Sm90FwdConfig {
     /* The Q descriptors sit in uniform registers, so a Q K^T k-step costs
      * one uniform add per operand in the turn (items 32, 102). At head dim
      * 256 (16 k-steps) holding them across the tile loop spills in the
-     * instances with mask code: there the Q descriptor is made opaque and
-     * rebuilt per block. */
+     * instances with mask code: there the Q buffer's descriptor is made
+     * opaque once a tile, so the compiler derives the k-steps' from it in
+     * each block instead of holding them. */
     static constexpr bool Q_DESC_UNIFORM = D != 256;
     /* The split tail (sm90_split_piece), compiled into a kernel of its own:
      * the code it adds to every tile start and end cost the head-dim-128

@@ -111,7 +111,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         /* Descriptor of Q buffer qb (see Q_DESC_UNIFORM). */
         auto q_buffer = [&](uint32_t qb) {
             Sm90QKDesc<Cfg> d = q_desc0.shifted(qb * Cfg::Q_BYTES);
-            if (!Cfg::Q_DESC_UNIFORM) opaque_u64(&d.base); /* rebuilt per block, not held across the tile loop */
+            if (!Cfg::Q_DESC_UNIFORM) opaque_u64(&d.base); /* its k-steps' derived per block, not held */
             return d;
         };
 
