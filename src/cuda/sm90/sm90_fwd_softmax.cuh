@@ -33,7 +33,7 @@ template <class Cfg> __device__ __forceinline__ Sm90VDesc<Cfg> sm90_v_desc(uint3
 
 /* Issue S = Q K^T for this warpgroup's 64 rows (one commit group). */
 template <class Cfg>
-__device__ __forceinline__ void sm90_issue_qk(float *S, Sm90QKDesc<Cfg> qd, const Sm90QKDesc<Cfg> &kd) {
+__device__ __forceinline__ void sm90_issue_qk(float *S, const Sm90QKDesc<Cfg> &qd, const Sm90QKDesc<Cfg> &kd) {
     fence_regs<Cfg::BN / 2>(S);
     constexpr int STEPS = Cfg::QK_SW / 32; /* k-steps per slab */
     wgmma_fence();
