@@ -5,6 +5,7 @@ generated rather than typed. Run from this directory: python3 gen_wgmma.py"""
 
 SS_N = (64, 128)          # S = Q K^T: N = kv block
 RS_N = (64, 128, 256)     # O += P V:  N = head dim
+RS_K_N = (8,)             # row sums of P: B a block of ones, K-major (LAG_MAX)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 SS_TT_N = (64, 128)       # backward dQ = dS K: both operands MN-major in smem
 SS_KT_N = (128,)          # backward dK = dS^T Q with dS^T in smem: B MN-major
@@ -42,14 +43,16 @@ __device__ __forceinline__ void wgmma_{kind}_m64n{n}_{name}(float *d, uint64_t d
 '''
 
 
-def rs(n, name, ptx):
+def rs(n, name, ptx, trans_b=1):
+    """A from registers; trans_b = 1: B stored MN-major (V), 0: K-major."""
     na = n // 2
-    return f'''/* D(64x{n}) (+)= A(64x16, registers) * B(16x{n}, smem, MN-major) */
-__device__ __forceinline__ void wgmma_rs_m64n{n}_{name}(float *d, const uint32_t *a, uint64_t desc_b, int accumulate) {{
+    kind, b_shape = ("rs", f"B(16x{n}, smem, MN-major)") if trans_b else ("rs_k", f"B({n}x16, smem, K-major)^T")
+    return f'''/* D(64x{n}) (+)= A(64x16, registers) * {b_shape} */
+__device__ __forceinline__ void wgmma_{kind}_m64n{n}_{name}(float *d, const uint32_t *a, uint64_t desc_b, int accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{na + 5}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
-        "{{{regs(na, 0)}}}, {{%{na}, %{na + 1}, %{na + 2}, %{na + 3}}}, %{na + 4}, p, 1, 1, 1;\\n}}\\n"
+        "{{{regs(na, 0)}}}, {{%{na}, %{na + 1}, %{na + 2}, %{na + 3}}}, %{na + 4}, p, 1, 1, {trans_b};\\n}}\\n"
         : {acc_operands(na).strip()}
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }}
@@ -126,6 +129,12 @@ __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t d
 {dispatch_chain("rs", RS_N, rs_args, FP8_RS_N)}
 }}
 
+/* D(64xN) (+)= A B^T, A from registers, B from shared memory (K-major). */
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_rs_k(float *d, const uint32_t *a, uint64_t db, int accumulate) {{
+{dispatch_chain("rs_k", RS_K_N, rs_args)}
+}}
+
 /* D(64xN) (+)= A B, both from shared memory, A K-major, B MN-major. */
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_kt(float *d, uint64_t da, uint64_t db, int accumulate) {{
@@ -158,6 +167,8 @@ def main():
             out.append(ss(n, name, ptx))
         for n in RS_N:
             out.append(rs(n, name, ptx))
+        for n in RS_K_N:
+            out.append(rs(n, name, ptx, 0))
         for n in SS_TT_N:
             out.append(ss(n, name, ptx, 1, 1))
         for n in SS_KT_N:

@@ -84,13 +84,14 @@ struct Sm90FwdParams {
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
  * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
- * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), one
+ * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), the block
+ * of ones the row sums are taken with (LAG_MAX), one
  * q_full/q_empty pair per Q buffer, four barriers per ring stage and an
  * o_full/o_empty pair per mailbox, and 1 KB to align the base to the
  * swizzle atom. */
 constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
-                                  int mailboxes = 0) {
-    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + 16 * mailboxes +
+                                  int mailboxes = 0, int ones_bytes = 0) {
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + 16 * mailboxes + ones_bytes +
            (2 * q_bufs + 4 * stages + 2 * mailboxes) * 8 + 1024;
 }
 
@@ -282,6 +283,24 @@ struct Sm90FwdConfig {
      * masks and without the softcap: the other two spill with the merge
      * (4 bytes). The host splits only problems that instance takes. */
     static constexpr bool SPLIT_UNMASKED_ONLY = P_SMEM;
+    /* A lagging max (sm90_softmax_max): the max that a row's P and O are
+     * taken against moves only when a block's scores pass it by more than
+     * MAX_LAG (base-2 logits), so P stays below 2^MAX_LAG and O's rescale
+     * (128 multiplies a thread where a max moved, at head dim 256) runs on a
+     * tile's first block and seldom after. The row's largest P is then no
+     * longer exactly 1 but rounded when packed; O is therefore divided by
+     * the sum of the packed P (taken by the tensor cores: P times a block of
+     * ones, beside each P V), under which that rounding cancels, while the
+     * lse keeps the float sum of the exact P. The 16-bit head-dim-256
+     * kernels except the split-tail one (its merge carries one sum a row):
+     * +3..+4.5% at non-causal 512-2k, +2..+2.6% causal 1k-2k. Head dim 128
+     * measured 4-6% slower with it: there the sums take eight m64n8k16 a
+     * block for half the multiplies saved (docs/perf/sm90.md, item 105). */
+    static constexpr bool LAG_MAX = D == 256 && !FP8 && !SPLIT_TAIL_;
+    static constexpr float MAX_LAG = 8.f;
+    /* the B operand of the row sums: 8 rows of 16 ones (two 8 x 8 core
+     * matrices, K-major, no swizzle) */
+    static constexpr int ONES_BYTES = LAG_MAX ? 256 : 0;
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
@@ -290,11 +309,12 @@ struct Sm90FwdConfig {
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
     static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
     static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: an int4 per consumer */
-    static constexpr int OFF_BAR = OFF_MAIL + 16 * MAILBOXES;
+    static constexpr int OFF_ONES = OFF_MAIL + 16 * MAILBOXES; /* LAG_MAX: the block of ones */
+    static constexpr int OFF_BAR = OFF_ONES + ONES_BYTES;
     /* q_full[], q_empty[], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
     static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES + 2 * MAILBOXES;
     static constexpr int SMEM_BYTES =
-        sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES);
+        sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES, ONES_BYTES);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 

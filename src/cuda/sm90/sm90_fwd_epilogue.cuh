@@ -62,9 +62,10 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         /* row with no visible key: out 0; l >= 1 otherwise (the max's own P is
-         * 1): never subnormal, and the approximate reciprocal and log2 are
-         * within 2 ulp */
-        inv[h] = l > 0.f ? fast_rcp(l) : 0.f;
+         * 1, or at least 1 with LAG_MAX): never subnormal, and the approximate
+         * reciprocal and log2 are within 2 ulp. LAG_MAX: O is divided by the
+         * packed P's sum instead (sm90_lag_inv, once the last P V is done). */
+        if constexpr (!Cfg::LAG_MAX) inv[h] = l > 0.f ? fast_rcp(l) : 0.f;
         if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
             if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
         if (p.lse && lane % 4 == 0 && row0 + 8 * h < tile.seq.seq_q) {
@@ -72,6 +73,15 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
             lse_row0[8 * h * p.lse_ss] = lse;
         }
     }
+}
+
+/* LAG_MAX: the factors that normalise O, from the packed P's row sums (L,
+ * complete once the tile's last P V is): O and L carry the same rounded P,
+ * so a row led by one key gives that key's V exactly. A row with no visible
+ * key has L = 0 and gets 0. */
+__device__ __forceinline__ void sm90_lag_inv(const float *L, float *inv) {
+    inv[0] = L[0] > 0.f ? fast_rcp(L[0]) : 0.f;
+    inv[1] = L[2] > 0.f ? fast_rcp(L[2]) : 0.f;
 }
 
 /* This warpgroup's O staging buffer (not O_IN_RING) is free once the

@@ -86,6 +86,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128; /* O staging: this warpgroup's 64 rows of each slab */
     const uint32_t p_smem = smem_addr(smem + Cfg::OFF_P) + wg * 64 * 128; /* P_SMEM: this warpgroup's P */
     const DescSw128 p_desc(p_smem, 16);
+    const uint64_t ones_desc = sm90_ones_desc(smem_addr(smem + Cfg::OFF_ONES)); /* LAG_MAX */
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
      * hand the turn to the next warpgroup. */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
@@ -102,6 +103,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         if (Cfg::EXP_TURN && wg == Cfg::CONSUMERS - 1) named_bar_arrive(BAR_EXP0, TURN_THREADS); /* and exps first */
 
         float O[Cfg::D / 2];
+        float L[4]; /* LAG_MAX: the packed P's row sums (sm90_issue_pv) */
         float S[Cfg::BN / 2];
         uint32_t P[Cfg::P_BUFS][Cfg::P_REGS];
         float row_max[2], row_sum[2], rescale[2];
@@ -110,7 +112,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
         /* Descriptor of Q buffer qb (see Q_DESC_UNIFORM). */
         auto q_buffer = [&](uint32_t qb) {
-            Sm90QKDesc<Cfg> d = q_desc0.shifted(qb * Cfg::Q_BYTES);
+            /* LAG_MAX (head dim 256): made afresh a tile, not held across the
+             * tiles (held, it spilled 4 bytes beside the row sums) */
+            Sm90QKDesc<Cfg> d = Cfg::LAG_MAX ? sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_Q) +
+                                                                 opaque_int(wg) * 64 * Cfg::QK_SW)
+                                             : q_desc0;
+            d = d.shifted(qb * Cfg::Q_BYTES);
             if (!Cfg::Q_DESC_UNIFORM) opaque_u64(&d.base); /* its k-steps' derived per block, not held */
             return d;
         };
@@ -136,6 +143,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         auto retire_pv = [&](uint32_t pv_stage, int pv_in_flight) {
             wgmma_wait<0>();
             fence_regs<Cfg::D / 2>(O);
+            if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
             if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
         };
         /* The newest probabilities into P (and with P_SMEM into the buffer). */
@@ -147,7 +155,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
          * other buffer.) */
         auto retire_pv_and_pack = [&](uint32_t pv_stage, int pv_in_flight) {
             retire_pv(pv_stage, pv_in_flight);
-            if (!Cfg::RESCALE_IN_TURN && pv_in_flight) sm90_rescale_o<Cfg>(O, rescale);
+            if (!Cfg::RESCALE_IN_TURN && pv_in_flight) sm90_rescale_o<Cfg>(O, rescale, L);
             pack_p();
         };
 
@@ -189,9 +197,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     named_bar_sync(my_turn, TURN_THREADS);
                     sm90_issue_qk<Cfg>(S, q_desc, k_ring.shifted(st * Cfg::KV_BYTES));
                     /* O to the max of block n + 1 while Q K^T runs */
-                    if (o_started) sm90_rescale_o<Cfg>(O, rescale);
+                    if (o_started) sm90_rescale_o<Cfg>(O, rescale, L);
                     mbar_wait(&v_full[prev_st], (prev / Cfg::STAGES) & 1);
-                    sm90_issue_pv<Cfg>(O, P[BUF], p_desc, v_ring.shifted(prev_st * Cfg::KV_BYTES), o_started);
+                    sm90_issue_pv<Cfg>(O, P[BUF], p_desc, v_ring.shifted(prev_st * Cfg::KV_BYTES), o_started, L, ones_desc);
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
@@ -226,9 +234,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     sm90_issue_qk<Cfg>(S, q_desc, k_ring.shifted(stage * Cfg::KV_BYTES));
                     /* O to the max of block n + 1 while Q K^T runs: off the path
                      * from the softmax to this turn */
-                    if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
+                    if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale, L);
                     mbar_wait(&v_full[prev_stage], prev_parity);
-                    sm90_issue_pv<Cfg>(O, P[0], p_desc, v_ring.shifted(prev_stage * Cfg::KV_BYTES), o_started);
+                    sm90_issue_pv<Cfg>(O, P[0], p_desc, v_ring.shifted(prev_stage * Cfg::KV_BYTES), o_started, L, ones_desc);
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
@@ -266,14 +274,14 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
             }
             named_bar_sync(my_turn, TURN_THREADS);
-            if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale);
+            if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale, L);
             const auto last_v = v_ring.shifted(prev_stage * Cfg::KV_BYTES);
             /* two P buffers: the newest one by a branch (a copy into buffer 0
              * was a select per register, every tile) */
             if (Cfg::P_BUFS == 2 && newest_p)
-                sm90_issue_pv<Cfg>(O, P[Cfg::P_BUFS - 1], p_desc, last_v, o_started);
+                sm90_issue_pv<Cfg>(O, P[Cfg::P_BUFS - 1], p_desc, last_v, o_started, L, ones_desc);
             else
-                sm90_issue_pv<Cfg>(O, P[0], p_desc, last_v, o_started);
+                sm90_issue_pv<Cfg>(O, P[0], p_desc, last_v, o_started, L, ones_desc);
             if constexpr (Cfg::JOIN)
                 sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_ring.shifted((it % Cfg::STAGES) * Cfg::KV_BYTES));
             named_bar_arrive(next_turn, TURN_THREADS);
@@ -291,6 +299,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if constexpr (Cfg::EARLY_FINISH) finish_rows();
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
+            if constexpr (Cfg::LAG_MAX) {
+                fence_regs<4>(L);
+                sm90_lag_inv(L, inv);
+            }
             uint8_t *o_stage = o_buf;
             uint64_t *stage_empty = nullptr;
             if constexpr (Cfg::O_IN_RING) {
@@ -357,6 +369,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         }
         mbar_fence_init();
     }
+    if constexpr (Cfg::LAG_MAX) /* the block of ones for the row sums, seen by the tensor cores */
+        if (threadIdx.x < Cfg::ONES_BYTES / 4) {
+            reinterpret_cast<uint32_t *>(smem + Cfg::OFF_ONES)[threadIdx.x] = Cfg::BF16 ? 0x3F803F80u : 0x3C003C00u;
+            fence_proxy_async_smem();
+        }
     __syncthreads();
     /* broadcast from lane 0: the compiler then knows the warpgroup index (and
      * the shared-memory addresses made from it) to be warp-uniform, and keeps

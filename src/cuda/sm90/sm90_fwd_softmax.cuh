@@ -49,12 +49,24 @@ __device__ __forceinline__ void sm90_issue_qk(float *S, const Sm90QKDesc<Cfg> &q
     fence_regs<Cfg::BN / 2>(S);
 }
 
+/* LAG_MAX: the descriptor of the block of ones (Sm90FwdConfig::ONES_BYTES)
+ * that P is multiplied by for its row sums. No swizzle; its two core
+ * matrices (8 rows of 16 bytes) lie 128 bytes apart, given as both the
+ * leading and the stride offset, so that every byte read is a one. */
+__device__ __forceinline__ uint64_t sm90_ones_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
+}
+
 /* Issue O (+)= P V (one commit group). P comes from registers, or with
- * P_SMEM from this warpgroup's buffer (pd: K-major like Q, one 128-byte slab). */
+ * P_SMEM from this warpgroup's buffer (pd: K-major like Q, one 128-byte slab).
+ * LAG_MAX: in the same group, L (+)= P times the block of ones (ones_desc):
+ * each row's sum of its packed P, in every column of the m64n8 accumulator
+ * (L[0], L[1]: the thread's row g; L[2], L[3]: row g + 8). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, const DescSw128 &pd, const Sm90VDesc<Cfg> &vd,
-                                              int accumulate) {
+                                              int accumulate, float *L = nullptr, uint64_t ones_desc = 0) {
     fence_regs<Cfg::D / 2>(O);
+    if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
     if (!Cfg::P_SMEM) fence_regs<Cfg::P_REGS>(P);
     wgmma_fence();
     if constexpr (Cfg::FP8) {
@@ -72,9 +84,13 @@ __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, const DescS
 #pragma unroll
         for (int k = 0; k < Cfg::BN / 16; ++k) /* 16 keys = 2048 B per k-step */
             wgmma_rs<Cfg::D, Cfg::BF16, false>(O, P + 4 * k, vd.at(k * 16 * 128), accumulate || k > 0);
+        if constexpr (Cfg::LAG_MAX)
+#pragma unroll
+            for (int k = 0; k < Cfg::BN / 16; ++k) wgmma_rs_k<8, Cfg::BF16>(L, P + 4 * k, ones_desc, accumulate || k > 0);
     }
     wgmma_commit();
     fence_regs<Cfg::D / 2>(O);
+    if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
 }
 
 /* True when block n holds a key hidden from one of this thread's two rows
@@ -194,21 +210,32 @@ __device__ __forceinline__ void sm90_thread_row_max(const float *S, const float 
 
 /* Online softmax on one S block, in two steps (a caller may put work between
  * them). The max is the row's true running max, so the row's largest score
- * gives P = 1 exactly, as in a plain softmax (a max that lags, to skip more
- * rescales, rounds the dominant P: docs/perf/sm90.md).
+ * gives P = 1 exactly, as in a plain softmax. With LAG_MAX, row_max is the
+ * max P and O are taken against, which moves to the running max only when
+ * the block's passes it by more than `lag` (MAX_LAG in raw score units):
+ * P <= 2^MAX_LAG, and the largest P is rounded when packed (see LAG_MAX).
  *
- * Step one, given this thread's row maxima over the block and the running
- * max (thread_max): updates the running max, returns the factor that
- * rescales the old O and row sums (exactly 1 where the max did not move) and
- * what each score's exponent subtracts (sub). */
+ * Step one, given this thread's row maxima over the block and row_max
+ * (thread_max): updates row_max, returns the factor that rescales the old O
+ * and row sums (exactly 1 where row_max did not move) and what each score's
+ * exponent subtracts (sub). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_softmax_max(const float *thread_max, float *row_max, float *rescale, float *sub,
-                                                 float scale_log2) {
+                                                 float scale_log2, float lag) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float mx = thread_max[h];
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* quad owns the row */
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        if constexpr (Cfg::LAG_MAX) {
+            /* an all-hidden row's -inf plus the lag stays -inf: its first seen key moves it */
+            const bool move = mx > row_max[h] + lag;
+            const float ref = move ? mx : row_max[h];
+            sub[h] = ref == -INFINITY ? 0.f : ref * scale_log2;
+            rescale[h] = move ? fast_exp2(row_max[h] * scale_log2 - sub[h]) : 1.f;
+            row_max[h] = ref;
+            continue;
+        }
         const bool move = mx > row_max[h];                  /* false while the row is all hidden */
         sub[h] = mx == -INFINITY ? 0.f : mx * scale_log2;   /* fully hidden row: avoid inf - inf */
         rescale[h] = move ? fast_exp2(row_max[h] * scale_log2 - sub[h]) : 1.f; /* old -inf gives 0 */
@@ -235,9 +262,10 @@ __device__ __forceinline__ void sm90_softmax_exp(float *S, const float *sub, con
 
 /* O to a row max that moved: rescale[h] multiplies the rows of half h (the
  * thread's rows g and g + 8). Skipped for a half of the warp's rows (8 rows)
- * where no max moved: once the first blocks have passed, a max rarely moves. */
+ * where no max moved: once the first blocks have passed, a max rarely moves.
+ * LAG_MAX: the packed P's row sums (L) with O. */
 template <class Cfg>
-__device__ __forceinline__ void sm90_rescale_o(float *O, const float *rescale) {
+__device__ __forceinline__ void sm90_rescale_o(float *O, const float *rescale, float *L = nullptr) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
         if (__any_sync(0xffffffffu, rescale[h] != 1.f)) {
@@ -245,6 +273,10 @@ __device__ __forceinline__ void sm90_rescale_o(float *O, const float *rescale) {
             for (int i = 2 * h; i < Cfg::D / 2; i += 4) {
                 O[i] *= rescale[h];
                 O[i + 1] *= rescale[h];
+            }
+            if constexpr (Cfg::LAG_MAX) {
+                L[2 * h] *= rescale[h];
+                L[2 * h + 1] *= rescale[h];
             }
         }
 }
@@ -320,6 +352,7 @@ __host__ __device__ __forceinline__ int sm90_fp8_key_of_slot(int a) {
 struct Sm90RowSetup {
     int key_lo[2], key_hi[2];
     float s_log2, cap_pre; /* S * s_log2: base-2 logits; softcap: tanh(S * cap_pre) first (0: off) */
+    float lag;             /* LAG_MAX: MAX_LAG in S's units (finite, so that -inf + lag is -inf) */
 };
 
 template <class Cfg>
@@ -343,6 +376,7 @@ __device__ __forceinline__ Sm90RowSetup sm90_row_setup(const Sm90FwdParams &p, c
         else
             r.s_log2 *= qk;
     }
+    r.lag = Cfg::LAG_MAX ? fminf(Cfg::MAX_LAG * fast_rcp(r.s_log2), 1e30f) : 0.f;
     return r;
 }
 
@@ -378,7 +412,7 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
     } else {
         sm90_thread_row_max<Cfg>(S, row_max, thread_max);
     }
-    sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2);
+    sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2, r.lag);
 }
 
 /* Block n's scores to probabilities: softcap, mask, the online softmax; with

@@ -95,6 +95,16 @@ __device__ __forceinline__ void wgmma_rs_m64n256_bf16(float *d, const uint32_t *
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
+/* D(64x8) (+)= A(64x16, registers) * B(8x16, smem, K-major)^T */
+__device__ __forceinline__ void wgmma_rs_k_m64n8_bf16(float *d, const uint32_t *a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
 /* D(64x64) (+)= A(64x16, smem, MN-major) * B(16x64, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n64_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -227,6 +237,16 @@ __device__ __forceinline__ void wgmma_rs_m64n256_f16(float *d, const uint32_t *a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
+/* D(64x8) (+)= A(64x16, registers) * B(8x16, smem, K-major)^T */
+__device__ __forceinline__ void wgmma_rs_k_m64n8_f16(float *d, const uint32_t *a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
 /* D(64x64) (+)= A(64x16, smem, MN-major) * B(16x64, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n64_f16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -353,6 +373,14 @@ __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t d
         if constexpr (N == 256 && BF16) wgmma_rs_m64n256_bf16(d, a, db, accumulate);
         if constexpr (N == 256 && !BF16) wgmma_rs_m64n256_f16(d, a, db, accumulate);
     }
+}
+
+/* D(64xN) (+)= A B^T, A from registers, B from shared memory (K-major). */
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_rs_k(float *d, const uint32_t *a, uint64_t db, int accumulate) {
+    static_assert(N == 8, "wgmma_rs_k: no wrapper generated for this N");
+    if constexpr (N == 8 && BF16) wgmma_rs_k_m64n8_bf16(d, a, db, accumulate);
+    if constexpr (N == 8 && !BF16) wgmma_rs_k_m64n8_f16(d, a, db, accumulate);
 }
 
 /* D(64xN) (+)= A B, both from shared memory, A K-major, B MN-major. */
