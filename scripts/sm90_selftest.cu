@@ -381,6 +381,10 @@ static int check_all(bool small, bool varlen_only) {
         cases.push_back({2, 20, 3100, 99, 9, 120, 0, 0, -1, -1, 20.f, false, 3.f, 8}); /* softcap, f16 */
         cases.push_back({2, 8, 3100, 99, 99, 120, 0, 0, -1, -1, 0.f, true, 4.f, 0});   /* large scores */
         cases.push_back({2, 8, 1560, 99, 99, 136, 0, 0, -1, -1, 0.f, true, 1.f, 0});   /* 64-key blocks */
+        /* the head-dim-256 kernel's lagging max through the merge: large
+         * scores (rows led by a few keys), and softcap in f16 */
+        cases.push_back({2, 8, 1560, 99, 99, 256, 0, 0, -1, -1, 0.f, true, 4.f, 0});
+        cases.push_back({2, 8, 1560, 99, 99, 200, 0, 0, -1, -1, 20.f, false, 3.f, 8});
         /* Many units of the paired order, on an H200: 99 head pairs of 3
          * query blocks (the last pair without its second head) leave 33 of
          * 297 units for a last round; 39 pairs of 6 (234 units, 102 left);

@@ -239,7 +239,8 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     s.work = (uint32_t)work;
     s.count_bytes = sm90_align256((size_t)tail * consumers * sizeof(int));
     /* one slot per piece: pieces are numbered c + r < grid + tail - 1 (sm90_split_slot) */
-    s.partial_bytes = (size_t)(grid + tail - 1) * consumers * (d / 8 + 1) * 128 * sizeof(float4);
+    /* O and two float4s of row statistics a thread (sm90_split_slot_f4s) */
+    s.partial_bytes = (size_t)(grid + tail - 1) * consumers * (d / 8 + 2) * 128 * sizeof(float4);
     return s;
 }
 

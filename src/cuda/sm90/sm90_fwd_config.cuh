@@ -291,12 +291,12 @@ struct Sm90FwdConfig {
      * longer exactly 1 but rounded when packed; O is therefore divided by
      * the sum of the packed P (taken by the tensor cores: P times a block of
      * ones, beside each P V), under which that rounding cancels, while the
-     * lse keeps the float sum of the exact P. The 16-bit head-dim-256
-     * kernels except the split-tail one (its merge carries one sum a row):
-     * +3..+4.5% at non-causal 512-2k, +2..+2.6% causal 1k-2k. Head dim 128
+     * lse keeps the float sum of the exact P (the split tail's merge
+     * carries both sums). The 16-bit head-dim-256 kernels: +3..+4.5% at
+     * non-causal 512-2k, +2..+2.6% causal 1k-2k. Head dim 128
      * measured 4-6% slower with it: there the sums take eight m64n8k16 a
      * block for half the multiplies saved (docs/perf/sm90.md, item 105). */
-    static constexpr bool LAG_MAX = D == 256 && !FP8 && !SPLIT_TAIL_;
+    static constexpr bool LAG_MAX = D == 256 && !FP8;
     static constexpr float MAX_LAG = 8.f;
     /* the B operand of the row sums: 8 rows of 16 ones (two 8 x 8 core
      * matrices, K-major, no swizzle) */

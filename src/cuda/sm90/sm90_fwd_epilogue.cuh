@@ -202,27 +202,35 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
 /* Slot of the piece CTA c computes of tail tile r. In position order the
  * pieces are numbered c + r (a CTA's second piece lies in the tile after its
  * first, and CTA c + 1 starts where CTA c ends), so no two share a slot. Per
- * consumer warpgroup a slot holds D / 8 float4s of O and one of (row max,
- * row sum) per thread, thread-minor so that a warp's stores are contiguous. */
+ * consumer warpgroup a slot holds D / 8 float4s of O, one of (row max, row
+ * sum) and with LAG_MAX one of the packed P's row sums per thread,
+ * thread-minor so that a warp's stores are contiguous. The host sizes slots
+ * for two statistics float4s (sm90_split_plan). */
+template <class Cfg> __host__ __device__ constexpr int sm90_split_slot_f4s() {
+    return Cfg::D / 8 + (Cfg::LAG_MAX ? 2 : 1);
+}
+
 template <class Cfg>
 __device__ __forceinline__ float4 *sm90_split_slot(const Sm90FwdParams &p, int slot, int wg, int tid) {
-    return p.split_partial + (size_t)(slot * Cfg::CONSUMERS + wg) * (Cfg::D / 8 + 1) * 128 + tid;
+    return p.split_partial + (size_t)(slot * Cfg::CONSUMERS + wg) * sm90_split_slot_f4s<Cfg>() * 128 + tid;
 }
 
 /* The end of tail piece t: its O is one part of its tile's. Leaves the part
- * (unnormalised O, the row maxima and the thread's partial row sums) in its
- * slot; the tile's last piece to get here merges every part, in position
- * order (so the result does not depend on which piece that is), into O,
- * row_max and row_sum, and returns true: it writes the tile. */
+ * (unnormalised O, the row maxima and the thread's partial row sums, with
+ * LAG_MAX the packed P's row sums L) in its slot; the tile's last piece to
+ * get here merges every part, in position order (so the result does not
+ * depend on which piece that is), into O, row_max, row_sum (and L), and
+ * returns true: it writes the tile. */
 template <class Cfg>
 __device__ __forceinline__ bool sm90_split_merge(const Sm90FwdParams &p, int t, float *O, float *row_max,
-                                                 float *row_sum, float s_log2, int wg, int tid) {
+                                                 float *row_sum, float *L, float s_log2, int wg, int tid) {
     constexpr int CHUNKS = Cfg::D / 8; /* float4s of O per thread */
     const int r = sm90_split_tile(p, t);
     float4 *mine = sm90_split_slot<Cfg>(p, ((t - p.tail_first) >> 1) + r, wg, tid);
 #pragma unroll
     for (int j = 0; j < CHUNKS; ++j) mine[j * 128] = make_float4(O[4 * j], O[4 * j + 1], O[4 * j + 2], O[4 * j + 3]);
     mine[CHUNKS * 128] = make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]);
+    if constexpr (Cfg::LAG_MAX) mine[(CHUNKS + 1) * 128] = make_float4(L[0], L[2], 0.f, 0.f);
     __threadfence(); /* the part is visible GPU-wide before the count says it is there */
     named_bar_sync(BAR_EPI0 + wg, 128);
     const uint32_t nb = (uint32_t)p.split_blocks;
@@ -233,9 +241,11 @@ __device__ __forceinline__ bool sm90_split_merge(const Sm90FwdParams &p, int t, 
     __threadfence(); /* and read after the count */
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
+    L[0] = L[2] = 0.f; /* (LAG_MAX; L[1] and L[3] are not read past here) */
     for (int c = first; c <= last; ++c) {
         const float4 *part = sm90_split_slot<Cfg>(p, c + r, wg, tid);
         const float4 stats = __ldcg(part + CHUNKS * 128);
+        const float4 packed_sums = Cfg::LAG_MAX ? __ldcg(part + (CHUNKS + 1) * 128) : float4{};
         float keep[2], take[2]; /* factors of the merged rows so far and of this part */
         for (int h = 0; h < 2; ++h) {
             const float m = h ? stats.y : stats.x, l = h ? stats.w : stats.z;
@@ -244,6 +254,7 @@ __device__ __forceinline__ bool sm90_split_merge(const Sm90FwdParams &p, int t, 
             keep[h] = fast_exp2(row_max[h] * s_log2 - sub);      /* 0 before the first part */
             take[h] = fast_exp2(m * s_log2 - sub);
             row_sum[h] = row_sum[h] * keep[h] + l * take[h];
+            if constexpr (Cfg::LAG_MAX) L[2 * h] = L[2 * h] * keep[h] + (h ? packed_sums.y : packed_sums.x) * take[h];
             row_max[h] = mx;
         }
 #pragma unroll

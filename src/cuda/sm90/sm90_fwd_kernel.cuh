@@ -199,7 +199,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     /* O to the max of block n + 1 while Q K^T runs */
                     if (o_started) sm90_rescale_o<Cfg>(O, rescale, L);
                     mbar_wait(&v_full[prev_st], (prev / Cfg::STAGES) & 1);
-                    sm90_issue_pv<Cfg>(O, P[BUF], p_desc, v_ring.shifted(prev_st * Cfg::KV_BYTES), o_started, L, ones_desc);
+                    sm90_issue_pv<Cfg>(O, P[BUF], p_desc, v_ring.shifted(prev_st * Cfg::KV_BYTES), o_started, L,
+                                       ones_desc);
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
@@ -236,7 +237,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                      * from the softmax to this turn */
                     if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale, L);
                     mbar_wait(&v_full[prev_stage], prev_parity);
-                    sm90_issue_pv<Cfg>(O, P[0], p_desc, v_ring.shifted(prev_stage * Cfg::KV_BYTES), o_started, L, ones_desc);
+                    sm90_issue_pv<Cfg>(O, P[0], p_desc, v_ring.shifted(prev_stage * Cfg::KV_BYTES), o_started, L,
+                                       ones_desc);
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
@@ -299,10 +301,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if constexpr (Cfg::EARLY_FINISH) finish_rows();
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
-            if constexpr (Cfg::LAG_MAX) {
-                fence_regs<4>(L);
-                sm90_lag_inv(L, inv);
-            }
+            if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
             uint8_t *o_stage = o_buf;
             uint64_t *stage_empty = nullptr;
             if constexpr (Cfg::O_IN_RING) {
@@ -315,8 +314,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if (tid == 0 && !(Cfg::O_IN_RING && wg == 1)) mbar_arrive(&v_empty[prev_stage]);
 
             /* A tail piece writes its tile only when it is the tile's last. */
-            if (whole_tile || sm90_split_merge<Cfg>(p, t, O, row_max, row_sum, rows.s_log2, wg, tid)) {
+            if (whole_tile || sm90_split_merge<Cfg>(p, t, O, row_max, row_sum, L, rows.s_log2, wg, tid)) {
                 if constexpr (!Cfg::EARLY_FINISH) finish_rows();
+                if constexpr (Cfg::LAG_MAX) sm90_lag_inv(L, inv); /* the packed P's sums, merged */
                 sm90_epilogue<Cfg>(p, tile, O, inv, o_stage, stage_empty, mailbox, o_full, wg, tid);
             } else if constexpr (Cfg::O_IN_RING) {
                 /* the staging stage goes back unused, after the same hand-over as the epilogue's */

@@ -86,7 +86,8 @@ __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, const DescS
             wgmma_rs<Cfg::D, Cfg::BF16, false>(O, P + 4 * k, vd.at(k * 16 * 128), accumulate || k > 0);
         if constexpr (Cfg::LAG_MAX)
 #pragma unroll
-            for (int k = 0; k < Cfg::BN / 16; ++k) wgmma_rs_k<8, Cfg::BF16>(L, P + 4 * k, ones_desc, accumulate || k > 0);
+            for (int k = 0; k < Cfg::BN / 16; ++k)
+                wgmma_rs_k<8, Cfg::BF16>(L, P + 4 * k, ones_desc, accumulate || k > 0);
     }
     wgmma_commit();
     fence_regs<Cfg::D / 2>(O);
