@@ -372,6 +372,20 @@ static void magnitudes(fa_dtype dt) {
     c.label = "medium scores causal";
     c.opts.causal = 1;
     run_case(&c);
+    /* Head dim 256, where the Hopper forward's running max lags (it moves
+     * only when a block passes it by more than 2^8): maxima that rise every
+     * block or two, and rows led by one key. */
+    c = make("growing scores head dim 256", dt, 1, 64, 700, 2, 2, 256, 256);
+    c.pattern = PAT_GROWING;
+    run_case(&c);
+    c = make("large scores head dim 256", dt, 1, 113, 203, 2, 1, 256, 256);
+    c.pattern = PAT_LARGE;
+    c.bwd = 0;
+    run_case(&c);
+    c = make("medium scores head dim 256 causal", dt, 1, 113, 203, 2, 1, 256, 256);
+    c.pattern = PAT_MEDIUM;
+    c.opts.causal = 1;
+    run_case(&c);
 }
 
 static void masked_rows(fa_dtype dt) {
