@@ -80,7 +80,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     const int quad_col = 2 * (tid % 4);
     /* descriptors of Q buffer 0 (this warpgroup's rows) and of the K and V
      * rings' stage 0; buffer or stage i is i * Q_BYTES or i * KV_BYTES further on */
-    const Sm90QKDesc<Cfg> q_desc0 = sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_Q) + wg * 64 * Cfg::QK_SW);
+    /* Q buffer 0's descriptor for warpgroup w's rows */
+    auto q_desc_of = [&](int w) { return sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_Q) + w * 64 * Cfg::QK_SW); };
+    const Sm90QKDesc<Cfg> q_desc0 = q_desc_of(wg);
     const Sm90QKDesc<Cfg> k_ring = sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_K));
     const Sm90VDesc<Cfg> v_ring = sm90_v_desc<Cfg>(smem_addr(smem + Cfg::OFF_V));
     uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128; /* O staging: this warpgroup's 64 rows of each slab */
@@ -114,10 +116,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         auto q_buffer = [&](uint32_t qb) {
             /* LAG_MAX (head dim 256): made afresh a tile, not held across the
              * tiles (held, it spilled 4 bytes beside the row sums) */
-            Sm90QKDesc<Cfg> d = Cfg::LAG_MAX ? sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_Q) +
-                                                                 opaque_int(wg) * 64 * Cfg::QK_SW)
-                                             : q_desc0;
-            d = d.shifted(qb * Cfg::Q_BYTES);
+            Sm90QKDesc<Cfg> d = (Cfg::LAG_MAX ? q_desc_of(opaque_int(wg)) : q_desc0).shifted(qb * Cfg::Q_BYTES);
             if (!Cfg::Q_DESC_UNIFORM) opaque_u64(&d.base); /* its k-steps' derived per block, not held */
             return d;
         };
