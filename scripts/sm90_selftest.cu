@@ -339,7 +339,7 @@ static int check_all(bool small, bool varlen_only) {
     for (int D : dims) {
         if (varlen_only) break;
         for (int bf = 1; bf >= 0; --bf) {
-            if (!bf && D != 128 && D != 96 && D != 64) continue; /* f16 at 64: its own row-sum wgmma */
+            if (!bf && D != 128 && D != 96 && D != 64) continue;
             cases.push_back({1, 1, 1, 1, 1, D, 0, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
             cases.push_back({2, 17, 17, 2, 1, D, 1, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});
             cases.push_back({1, 113, 203, 4, 2, D, 0, 0, -1, -1, 0.f, (bool)bf, 1.f, 0});

@@ -6,7 +6,6 @@ generated rather than typed. Run from this directory: python3 gen_wgmma.py"""
 SS_N = (64, 128)          # S = Q K^T: N = kv block
 RS_N = (64, 128, 256)     # O += P V:  N = head dim
 RS_K_N = (8,)             # row sums of P: B a block of ones, K-major (LAG_MAX)
-RS_SUM_N = (64,)          # O += P V and, in 8 more columns, P's row sums (LAG_MAX, SUMS_IN_PV)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 SS_TT_N = (64, 128)       # backward dQ = dS K: both operands MN-major in smem
 SS_KT_N = (128,)          # backward dK = dS^T Q with dS^T in smem: B MN-major
@@ -60,27 +59,6 @@ __device__ __forceinline__ void wgmma_{kind}_m64n{n}_{name}(float *d, const uint
 '''
 
 
-def rs_sum(n, name, ptx):
-    """O += P V with B MN-major and N = n + 8: the last 8 columns (B's next
-    slab, a block of ones) accumulate into s, apart from d."""
-    na = n // 2
-    nt = na + 4
-    sums = '"+f"(s[0]), "+f"(s[1]), "+f"(s[2]), "+f"(s[3])'
-    return f'''/* D(64x{n}) | S(64x8) (+)= A(64x16, registers) * B(16x{n + 8}, smem, MN-major): S takes B's
- * last 8 columns */
-__device__ __forceinline__ void wgmma_rs_sum_m64n{n + 8}_{name}(float *d, float *s, const uint32_t *a, uint64_t desc_b,
-                                                           int accumulate) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nt + 5}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n + 8}k16.f32.{ptx}.{ptx} "
-        "{{{regs(nt, 0)}}}, {{%{nt}, %{nt + 1}, %{nt + 2}, %{nt + 3}}}, %{nt + 4}, p, 1, 1, 1;\\n}}\\n"
-        : {acc_operands(na).strip()},
-          {sums}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}}
-'''
-
-
 def ss_fp8(n):
     na = n // 2
     return f'''/* D(64x{n}) (+)= A(64x32, smem, K-major) * B({n}x32, smem, K-major)^T, e4m3 inputs
@@ -110,11 +88,10 @@ __device__ __forceinline__ void wgmma_rs_m64n{n}_e4m3(float *d, const uint32_t *
 '''
 
 
-def dispatch_chain(kind, ns, args, fp8_ns=None, name_n=0):
+def dispatch_chain(kind, ns, args, fp8_ns=None):
     """The body of a shape-generic entry point: one `if constexpr` per
     generated (N, type) wrapper, and a compile error for any other N. With
-    fp8_ns, e4m3 inputs (FP8) go to the e4m3 wrappers of those N first;
-    name_n: the wrapper's name gives N + name_n columns."""
+    fp8_ns, e4m3 inputs (FP8) go to the e4m3 wrappers of those N first."""
     def allowed(ns):
         return " || ".join("N == %d" % n for n in ns)
     lines = []
@@ -130,7 +107,7 @@ def dispatch_chain(kind, ns, args, fp8_ns=None, name_n=0):
     lines.append('%sstatic_assert(%s, "wgmma_%s: no wrapper generated for this N");' % (indent, allowed(ns), kind))
     for n in ns:
         for name, flag in (("bf16", "BF16"), ("f16", "!BF16")):
-            lines.append("%sif constexpr (N == %d && %s) wgmma_%s_m64n%d_%s(%s);" % (indent, n, flag, kind, n + name_n, name, args))
+            lines.append("%sif constexpr (N == %d && %s) wgmma_%s_m64n%d_%s(%s);" % (indent, n, flag, kind, n, name, args))
     if fp8_ns:
         lines.append("    }")
     return "\n".join(lines)
@@ -150,12 +127,6 @@ __device__ __forceinline__ void wgmma_ss(float *d, uint64_t da, uint64_t db, int
 template <int N, bool BF16, bool FP8>
 __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t db, int accumulate) {{
 {dispatch_chain("rs", RS_N, rs_args, FP8_RS_N)}
-}}
-
-/* D(64xN) | S(64x8) (+)= A B, A from registers, B (N + 8 columns) from shared memory (MN-major). */
-template <int N, bool BF16>
-__device__ __forceinline__ void wgmma_rs_sum(float *d, float *s, const uint32_t *a, uint64_t db, int accumulate) {{
-{dispatch_chain("rs_sum", RS_SUM_N, "d, s, a, db, accumulate", name_n=8)}
 }}
 
 /* D(64xN) (+)= A B^T, A from registers, B from shared memory (K-major). */
@@ -198,8 +169,6 @@ def main():
             out.append(rs(n, name, ptx))
         for n in RS_K_N:
             out.append(rs(n, name, ptx, 0))
-        for n in RS_SUM_N:
-            out.append(rs_sum(n, name, ptx))
         for n in SS_TT_N:
             out.append(ss(n, name, ptx, 1, 1))
         for n in SS_KT_N:

@@ -295,32 +295,22 @@ struct Sm90FwdConfig {
      * carries both sums). The 16-bit head-dim-256 kernels: +3..+4.5% at
      * non-causal 512-2k, +2..+2.6% causal 1k-2k. Head dim 128
      * measured 4-6% slower with it: there the sums take eight m64n8k16 a
-     * block for half the multiplies saved (docs/perf/sm90.md, item 105).
-     * At head dim 64 the sums ride in the P V wgmma itself (SUMS_IN_PV). */
-    static constexpr bool LAG_MAX = (D == 256 || D == 64) && !FP8;
+     * block for half the multiplies saved (docs/perf/sm90.md, item 105). */
+    static constexpr bool LAG_MAX = D == 256 && !FP8;
     static constexpr float MAX_LAG = 8.f;
-    /* Where the packed P's row sums are taken. Head dim 256: separate
-     * m64n8k16 wgmmas, P times 8 rows of 16 ones (two 8 x 8 core matrices,
-     * K-major, no swizzle: 256 bytes). Head dim 64 (SUMS_IN_PV): the P V
-     * wgmma is m64n72, V's one 64-column slab and then 8 columns of ones:
-     * its descriptor's LBO, the distance to the next 64-column slab, points
-     * each k-step at a block of ones (16 rows of 128 bytes, all ones, so
-     * that every swizzled read is one), for an eighth more of P V's tensor
-     * work and no A-register transfer of its own (DescSw::PIN_NEXT). */
-    static constexpr bool SUMS_IN_PV = LAG_MAX && D == 64;
-    static constexpr int ONES_BYTES = !LAG_MAX ? 0 : SUMS_IN_PV ? 2048 : 256;
+    /* the B operand of the row sums: 8 rows of 16 ones (two 8 x 8 core
+     * matrices, K-major, no swizzle) */
+    static constexpr int ONES_BYTES = LAG_MAX ? 256 : 0;
 
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (not with O_IN_RING) */
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
-    static constexpr int OFF_ONES = OFF_P + P_BYTES; /* LAG_MAX: the block of ones */
     static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
-    static constexpr int OFF_MAIL = OFF_ONES + ONES_BYTES; /* STORE_THREAD: an int4 per consumer */
-    static constexpr int OFF_BAR = OFF_MAIL + 16 * MAILBOXES;
-    static_assert(!SUMS_IN_PV || (OFF_ONES > OFF_V + STAGES * KV_BYTES && OFF_ONES % 1024 == 0),
-                  "the ones lie past every V stage (the LBO only shrinks from stage to stage)");
+    static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: an int4 per consumer */
+    static constexpr int OFF_ONES = OFF_MAIL + 16 * MAILBOXES; /* LAG_MAX: the block of ones */
+    static constexpr int OFF_BAR = OFF_ONES + ONES_BYTES;
     /* q_full[], q_empty[], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
     static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES + 2 * MAILBOXES;
     static constexpr int SMEM_BYTES =

@@ -84,11 +84,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     auto q_desc_of = [&](int w) { return sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_Q) + w * 64 * Cfg::QK_SW); };
     const Sm90QKDesc<Cfg> q_desc0 = q_desc_of(wg);
     const Sm90QKDesc<Cfg> k_ring = sm90_qk_desc<Cfg>(smem_addr(smem + Cfg::OFF_K));
-    const Sm90VDesc<Cfg> v_ring = sm90_v_desc<Cfg>(smem_addr(smem + Cfg::OFF_V), smem_addr(smem + Cfg::OFF_ONES));
+    const Sm90VDesc<Cfg> v_ring = sm90_v_desc<Cfg>(smem_addr(smem + Cfg::OFF_V));
     uint8_t *o_buf = smem + Cfg::OFF_O + wg * 64 * 128; /* O staging: this warpgroup's 64 rows of each slab */
     const uint32_t p_smem = smem_addr(smem + Cfg::OFF_P) + wg * 64 * 128; /* P_SMEM: this warpgroup's P */
     const DescSw128 p_desc(p_smem, 16);
-    const uint64_t ones_desc = sm90_ones_desc(smem_addr(smem + Cfg::OFF_ONES)); /* LAG_MAX, not SUMS_IN_PV */
+    const uint64_t ones_desc = sm90_ones_desc(smem_addr(smem + Cfg::OFF_ONES)); /* LAG_MAX */
     /* Consumers issue their GEMMs in a fixed round: wait for my turn, issue,
      * hand the turn to the next warpgroup. */
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
@@ -368,11 +368,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         }
         mbar_fence_init();
     }
-    if constexpr (Cfg::LAG_MAX) { /* the block of ones for the row sums, seen by the tensor cores */
-        for (int i = threadIdx.x; i < Cfg::ONES_BYTES / 4; i += Cfg::THREADS)
-            reinterpret_cast<uint32_t *>(smem + Cfg::OFF_ONES)[i] = Cfg::BF16 ? 0x3F803F80u : 0x3C003C00u;
-        fence_proxy_async_smem();
-    }
+    if constexpr (Cfg::LAG_MAX) /* the block of ones for the row sums, seen by the tensor cores */
+        if (threadIdx.x < Cfg::ONES_BYTES / 4) {
+            reinterpret_cast<uint32_t *>(smem + Cfg::OFF_ONES)[threadIdx.x] = Cfg::BF16 ? 0x3F803F80u : 0x3C003C00u;
+            fence_proxy_async_smem();
+        }
     __syncthreads();
     /* broadcast from lane 0: the compiler then knows the warpgroup index (and
      * the shared-memory addresses made from it) to be warp-uniform, and keeps

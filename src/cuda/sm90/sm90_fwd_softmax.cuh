@@ -18,18 +18,17 @@
 /* Descriptors of the Q buffers and K stages (K-major), of the V stages and
  * of P in shared memory (P_SMEM). V is [key][d], an MN-major B operand whose
  * 64-column slabs lie KV_SLAB bytes apart (the LBO); for e4m3, V^T is
- * [d][key], K-major like K. With SUMS_IN_PV the LBO instead leads from
- * every V stage and k-step to the block of ones at ones_addr (PIN_NEXT).
- * A consumer builds each buffer's or ring's first one once and steps to
- * the others with one add (DescSw::shifted), instead of a mask, a shift and
- * an or from the address between a stage's wait and its first wgmma. */
+ * [d][key], K-major like K. A consumer builds each buffer's or ring's
+ * first one once and steps to the others with one add (DescSw::shifted),
+ * instead of a mask, a shift and an or from the address between a stage's
+ * wait and its first wgmma. */
 template <class Cfg> using Sm90QKDesc = DescSw<Cfg::QK_SW>;
-template <class Cfg> using Sm90VDesc = DescSw<Cfg::FP8 ? Cfg::VT_SLAB_KEYS : 128, Cfg::SUMS_IN_PV>;
+template <class Cfg> using Sm90VDesc = DescSw<Cfg::FP8 ? Cfg::VT_SLAB_KEYS : 128>;
 template <class Cfg> __device__ __forceinline__ Sm90QKDesc<Cfg> sm90_qk_desc(uint32_t addr) {
     return Sm90QKDesc<Cfg>(addr, 16);
 }
-template <class Cfg> __device__ __forceinline__ Sm90VDesc<Cfg> sm90_v_desc(uint32_t v_addr, uint32_t ones_addr) {
-    return Sm90VDesc<Cfg>(v_addr, Cfg::FP8 ? 16 : Cfg::SUMS_IN_PV ? ones_addr - v_addr : Cfg::KV_SLAB);
+template <class Cfg> __device__ __forceinline__ Sm90VDesc<Cfg> sm90_v_desc(uint32_t v_addr) {
+    return Sm90VDesc<Cfg>(v_addr, Cfg::FP8 ? 16 : Cfg::KV_SLAB);
 }
 
 /* Issue S = Q K^T for this warpgroup's 64 rows (one commit group). */
@@ -50,22 +49,19 @@ __device__ __forceinline__ void sm90_issue_qk(float *S, const Sm90QKDesc<Cfg> &q
     fence_regs<Cfg::BN / 2>(S);
 }
 
-/* LAG_MAX at head dim 256: the descriptor of the block of ones
- * (Sm90FwdConfig::ONES_BYTES) that P is multiplied by for its row sums. No
- * swizzle; its two core matrices (8 rows of 16 bytes) lie 128 bytes apart,
- * given as both the leading and the stride offset, so that every byte read
- * is a one. */
+/* LAG_MAX: the descriptor of the block of ones (Sm90FwdConfig::ONES_BYTES)
+ * that P is multiplied by for its row sums. No swizzle; its two core
+ * matrices (8 rows of 16 bytes) lie 128 bytes apart, given as both the
+ * leading and the stride offset, so that every byte read is a one. */
 __device__ __forceinline__ uint64_t sm90_ones_desc(uint32_t addr) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
 }
 
 /* Issue O (+)= P V (one commit group). P comes from registers, or with
  * P_SMEM from this warpgroup's buffer (pd: K-major like Q, one 128-byte slab).
- * LAG_MAX: in the same group, L (+)= P times a block of ones: each row's sum
- * of its packed P, in every column of an m64n8 accumulator (L[0], L[1]: the
- * thread's row g; L[2], L[3]: row g + 8). With SUMS_IN_PV as the P V
- * wgmma's last 8 columns (vd's next slab is the ones), else by m64n8k16
- * wgmmas of their own (ones_desc). */
+ * LAG_MAX: in the same group, L (+)= P times the block of ones (ones_desc):
+ * each row's sum of its packed P, in every column of the m64n8 accumulator
+ * (L[0], L[1]: the thread's row g; L[2], L[3]: row g + 8). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, const DescSw128 &pd, const Sm90VDesc<Cfg> &vd,
                                               int accumulate, float *L = nullptr, uint64_t ones_desc = 0) {
@@ -84,15 +80,6 @@ __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, const DescS
             else
                 wgmma_rs<Cfg::D, Cfg::BF16, true>(O, P + 4 * k, vk, accumulate || k > 0);
         }
-    } else if constexpr (Cfg::SUMS_IN_PV) {
-        /* the stage's descriptor as a value: else the compiler folds the
-         * stage's offset into each k-step's and multiplies the sum by the
-         * step (three uniform instructions a wgmma instead of one add) */
-        Sm90VDesc<Cfg> stage_desc = vd;
-        opaque_u64(&stage_desc.base);
-#pragma unroll
-        for (int k = 0; k < Cfg::BN / 16; ++k) /* 16 keys = 2048 B per k-step */
-            wgmma_rs_sum<Cfg::D, Cfg::BF16>(O, L, P + 4 * k, stage_desc.at(k * 16 * 128), accumulate || k > 0);
     } else {
 #pragma unroll
         for (int k = 0; k < Cfg::BN / 16; ++k) /* 16 keys = 2048 B per k-step */

@@ -207,13 +207,8 @@ __device__ __forceinline__ void fence_regs(uint32_t *r) {
  * carries into the LBO, nor the low word into the high one), and as a 64-bit
  * add that is one uniform instruction (UIADD3.64) per wgmma operand. Built
  * from a low word and a constant high word instead, each wgmma took an add and
- * a move of the high word into the operand's register pair.
- * PIN_NEXT: a step moves the start but not the next slab (start + LBO, for
- * an MN-major B the next 64 columns): the LBO field (bits 16-29) shrinks by
- * as much as the address field grows, in the same add. The LBO must stay
- * positive; the low word then wraps and its carry leaves the high word as
- * it was. */
-template <int SW, bool PIN_NEXT = false>
+ * a move of the high word into the operand's register pair. */
+template <int SW>
 struct DescSw {
     static_assert(SW == 128 || SW == 64 || SW == 32, "swizzle span: 128, 64 or 32 bytes");
     /* SBO (8 rows) in the low bits; the swizzle mode in bits 62-63 of the descriptor */
@@ -221,16 +216,12 @@ struct DescSw {
     uint64_t base;
     __device__ __forceinline__ DescSw(uint32_t base_addr, uint32_t lbo_bytes)
         : base(((uint64_t)HI << 32) | ((base_addr & 0x3FFFF) >> 4) | (((lbo_bytes & 0x3FFFF) >> 4) << 16)) {}
-    /* what a step of `offset` bytes (a multiple of 16) adds to the descriptor */
-    static __device__ __forceinline__ uint64_t step(uint32_t offset) {
-        return PIN_NEXT ? (uint64_t)((int64_t)(offset >> 4) * (1 - (1 << 16))) : offset >> 4;
-    }
-    /* the descriptor of the tile starting `offset` bytes past the base */
-    __device__ __forceinline__ uint64_t at(uint32_t offset) const { return base + step(offset); }
+    /* the descriptor of the tile starting `offset` bytes (a multiple of 16) past the base */
+    __device__ __forceinline__ uint64_t at(uint32_t offset) const { return base + (offset >> 4); }
     /* the same layout `offset` bytes further on (another buffer or ring stage) */
     __device__ __forceinline__ DescSw shifted(uint32_t offset) const {
         DescSw d = *this;
-        d.base += step(offset);
+        d.base += offset >> 4;
         return d;
     }
 };

@@ -105,22 +105,6 @@ __device__ __forceinline__ void wgmma_rs_k_m64n8_bf16(float *d, const uint32_t *
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-/* D(64x64) | S(64x8) (+)= A(64x16, registers) * B(16x72, smem, MN-major): S takes B's
- * last 8 columns */
-__device__ __forceinline__ void wgmma_rs_sum_m64n72_bf16(float *d, float *s, const uint32_t *a, uint64_t desc_b,
-                                                           int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(s[0]), "+f"(s[1]), "+f"(s[2]), "+f"(s[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
 /* D(64x64) (+)= A(64x16, smem, MN-major) * B(16x64, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n64_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -263,22 +247,6 @@ __device__ __forceinline__ void wgmma_rs_k_m64n8_f16(float *d, const uint32_t *a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-/* D(64x64) | S(64x8) (+)= A(64x16, registers) * B(16x72, smem, MN-major): S takes B's
- * last 8 columns */
-__device__ __forceinline__ void wgmma_rs_sum_m64n72_f16(float *d, float *s, const uint32_t *a, uint64_t desc_b,
-                                                           int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(s[0]), "+f"(s[1]), "+f"(s[2]), "+f"(s[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
 /* D(64x64) (+)= A(64x16, smem, MN-major) * B(16x64, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n64_f16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -405,14 +373,6 @@ __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t d
         if constexpr (N == 256 && BF16) wgmma_rs_m64n256_bf16(d, a, db, accumulate);
         if constexpr (N == 256 && !BF16) wgmma_rs_m64n256_f16(d, a, db, accumulate);
     }
-}
-
-/* D(64xN) | S(64x8) (+)= A B, A from registers, B (N + 8 columns) from shared memory (MN-major). */
-template <int N, bool BF16>
-__device__ __forceinline__ void wgmma_rs_sum(float *d, float *s, const uint32_t *a, uint64_t db, int accumulate) {
-    static_assert(N == 64, "wgmma_rs_sum: no wrapper generated for this N");
-    if constexpr (N == 64 && BF16) wgmma_rs_sum_m64n72_bf16(d, s, a, db, accumulate);
-    if constexpr (N == 64 && !BF16) wgmma_rs_sum_m64n72_f16(d, s, a, db, accumulate);
 }
 
 /* D(64xN) (+)= A B^T, A from registers, B from shared memory (K-major). */
