@@ -347,50 +347,40 @@ static void heads_and_layouts(fa_dtype dt) {
     run_case(&c);
 }
 
+/* Scores far from the unit scale, one row per case (batch 1, D = Dv).
+ * Large scores run forward only: at x30 the gradients are dominated by the
+ * float32 rounding of the saved lse (scores in the thousands) and the
+ * rounding of out in dout.out, errors inherent to the algorithm that a
+ * naive implementation does not have; the backward is checked at x4
+ * (medium). Head dim 64 unmasked runs the Hopper forward's three-consumer
+ * kernel; at head dim 256 its running max lags (it moves only when a block
+ * passes it by more than 2^8): maxima that rise every block or two, and
+ * rows led by one key. */
 static void magnitudes(fa_dtype dt) {
-    scase c = make("growing scores", dt, 1, 64, 700, 2, 2, 128, 128);
-    c.pattern = PAT_GROWING;
-    run_case(&c);
-    c = make("growing scores causal", dt, 1, 300, 300, 1, 1, 64, 64);
-    c.pattern = PAT_GROWING;
-    c.opts.causal = 1;
-    run_case(&c);
-    /* Forward only at x30: there the gradients are dominated by the float32
-     * rounding of the saved lse (scores in the thousands) and the rounding of
-     * out in dout.out, errors inherent to the algorithm that a naive
-     * implementation does not have; the backward is checked at x4 below. */
-    c = make("large scores", dt, 1, 113, 203, 2, 1, 64, 64);
-    c.pattern = PAT_LARGE;
-    c.bwd = 0;
-    run_case(&c);
-    c.label = "large scores causal";
-    c.opts.causal = 1;
-    run_case(&c);
-    c = make("medium scores", dt, 1, 113, 203, 2, 1, 64, 64);
-    c.pattern = PAT_MEDIUM;
-    run_case(&c);
-    c.label = "medium scores causal";
-    c.opts.causal = 1;
-    run_case(&c);
-    /* Head dim 64 unmasked (the Hopper forward's three-consumer kernel),
-     * maxima that rise every block or two. */
-    c = make("growing scores head dim 64", dt, 1, 64, 700, 2, 2, 64, 64);
-    c.pattern = PAT_GROWING;
-    run_case(&c);
-    /* Head dim 256, where the Hopper forward's running max lags (it moves
-     * only when a block passes it by more than 2^8): maxima that rise every
-     * block or two, and rows led by one key. */
-    c = make("growing scores head dim 256", dt, 1, 64, 700, 2, 2, 256, 256);
-    c.pattern = PAT_GROWING;
-    run_case(&c);
-    c = make("large scores head dim 256", dt, 1, 113, 203, 2, 1, 256, 256);
-    c.pattern = PAT_LARGE;
-    c.bwd = 0;
-    run_case(&c);
-    c = make("medium scores head dim 256 causal", dt, 1, 113, 203, 2, 1, 256, 256);
-    c.pattern = PAT_MEDIUM;
-    c.opts.causal = 1;
-    run_case(&c);
+    static const struct {
+        const char *label;
+        int64_t Sq, Sk, Hq, Hk, D;
+        int pattern, causal, bwd;
+    } cases[] = {
+        {"growing scores", 64, 700, 2, 2, 128, PAT_GROWING, 0, 1},
+        {"growing scores causal", 300, 300, 1, 1, 64, PAT_GROWING, 1, 1},
+        {"large scores", 113, 203, 2, 1, 64, PAT_LARGE, 0, 0},
+        {"large scores causal", 113, 203, 2, 1, 64, PAT_LARGE, 1, 0},
+        {"medium scores", 113, 203, 2, 1, 64, PAT_MEDIUM, 0, 1},
+        {"medium scores causal", 113, 203, 2, 1, 64, PAT_MEDIUM, 1, 1},
+        {"growing scores head dim 64", 64, 700, 2, 2, 64, PAT_GROWING, 0, 1},
+        {"growing scores head dim 256", 64, 700, 2, 2, 256, PAT_GROWING, 0, 1},
+        {"large scores head dim 256", 113, 203, 2, 1, 256, PAT_LARGE, 0, 0},
+        {"medium scores head dim 256 causal", 113, 203, 2, 1, 256, PAT_MEDIUM, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        scase c = make(cases[i].label, dt, 1, cases[i].Sq, cases[i].Sk, cases[i].Hq, cases[i].Hk, cases[i].D,
+                       cases[i].D);
+        c.pattern = cases[i].pattern;
+        c.opts.causal = cases[i].causal;
+        c.bwd = cases[i].bwd;
+        run_case(&c);
+    }
 }
 
 static void masked_rows(fa_dtype dt) {

@@ -62,11 +62,12 @@ struct Sm90Shape {
     int vt_rows;      /* e4m3: head-dim rows per V^T box (the kernel's D) */
     int pair_tail;    /* the kernel deals a paired order's tail (PAIR_TAIL) */
     int split_unmasked_only; /* its split-tail kernel takes only unmasked, uncapped problems */
+    int split_slot_f4s;      /* float4s a consumer thread leaves per tail piece (sm90_split_slot_f4s) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
     return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL,
-                     Cfg::SPLIT_UNMASKED_ONLY};
+                     Cfg::SPLIT_UNMASKED_ONLY, sm90_split_slot_f4s<Cfg>()};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -239,8 +240,7 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     s.work = (uint32_t)work;
     s.count_bytes = sm90_align256((size_t)tail * consumers * sizeof(int));
     /* one slot per piece: pieces are numbered c + r < grid + tail - 1 (sm90_split_slot) */
-    /* O and two float4s of row statistics a thread (sm90_split_slot_f4s) */
-    s.partial_bytes = (size_t)(grid + tail - 1) * consumers * (d / 8 + 2) * 128 * sizeof(float4);
+    s.partial_bytes = (size_t)(grid + tail - 1) * consumers * shape.split_slot_f4s * 128 * sizeof(float4);
     return s;
 }
 

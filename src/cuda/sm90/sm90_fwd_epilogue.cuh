@@ -204,8 +204,8 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
  * first, and CTA c + 1 starts where CTA c ends), so no two share a slot. Per
  * consumer warpgroup a slot holds D / 8 float4s of O, one of (row max, row
  * sum) and with LAG_MAX one of the packed P's row sums per thread,
- * thread-minor so that a warp's stores are contiguous. The host sizes slots
- * for two statistics float4s (sm90_split_plan). */
+ * thread-minor so that a warp's stores are contiguous. The host sizes the
+ * slots by the same count (sm90_split_plan). */
 template <class Cfg> __host__ __device__ constexpr int sm90_split_slot_f4s() {
     return Cfg::D / 8 + (Cfg::LAG_MAX ? 2 : 1);
 }

@@ -228,19 +228,14 @@ __device__ __forceinline__ void sm90_softmax_max(const float *thread_max, float 
         float mx = thread_max[h];
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* quad owns the row */
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        if constexpr (Cfg::LAG_MAX) {
-            /* an all-hidden row's -inf plus the lag stays -inf: its first seen key moves it */
-            const bool move = mx > row_max[h] + lag;
-            const float ref = move ? mx : row_max[h];
-            sub[h] = ref == -INFINITY ? 0.f : ref * scale_log2;
-            rescale[h] = move ? fast_exp2(row_max[h] * scale_log2 - sub[h]) : 1.f;
-            row_max[h] = ref;
-            continue;
-        }
-        const bool move = mx > row_max[h];                  /* false while the row is all hidden */
-        sub[h] = mx == -INFINITY ? 0.f : mx * scale_log2;   /* fully hidden row: avoid inf - inf */
+        /* false while the row is all hidden; with LAG_MAX an all-hidden
+         * row's -inf plus the lag stays -inf: its first seen key moves it */
+        const bool move = mx > (Cfg::LAG_MAX ? row_max[h] + lag : row_max[h]);
+        /* the new reference: mx (>= row_max, which thread_max started from), unless it lags */
+        const float ref = Cfg::LAG_MAX && !move ? row_max[h] : mx;
+        sub[h] = ref == -INFINITY ? 0.f : ref * scale_log2;   /* fully hidden row: avoid inf - inf */
         rescale[h] = move ? fast_exp2(row_max[h] * scale_log2 - sub[h]) : 1.f; /* old -inf gives 0 */
-        row_max[h] = mx;
+        row_max[h] = ref;
     }
 }
 
