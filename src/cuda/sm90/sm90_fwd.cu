@@ -63,11 +63,12 @@ struct Sm90Shape {
     int pair_tail;    /* the kernel deals a paired order's tail (PAIR_TAIL) */
     int split_unmasked_only; /* its split-tail kernel takes only unmasked, uncapped problems */
     int split_slot_f4s;      /* float4s a consumer thread leaves per tail piece (sm90_split_slot_f4s) */
+    int short_split;         /* it has an instance that splits short last tiles (Sm90ShortSplit) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
     return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL,
-                     Cfg::SPLIT_UNMASKED_ONLY, sm90_split_slot_f4s<Cfg>()};
+                     Cfg::SPLIT_UNMASKED_ONLY, sm90_split_slot_f4s<Cfg>(), Cfg::HAS_SHORT_SPLIT};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -162,6 +163,8 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     k->tail_first = k->num_tiles; /* no split tail unless fa_sm90_fwd plans one */
     k->pair_tail = k->num_tiles / 2; /* nor a paired one (sm90_pair_tail_plan) */
     k->pair_tail_count = 0;
+    k->short_first = k->num_tiles; /* nor split short tiles (sm90_short_split_plan) */
+    k->m_div_long = k->m_div;
     k->top_left = p->top_left;
     /* clamped where they hide nothing more (fa_sm90_fwd_supports: Sq + Sk < 2^30) */
     k->window_left = sm90_clamp_window(p->window_left, p->Sq + p->Sk);
@@ -350,6 +353,20 @@ static void sm90_pair_tail_plan(const fa_problem *p, Sm90FwdParams *k, int sms) 
     k->tail_first = k->num_tiles; /* (no split tail) */
 }
 
+/* Short last tiles (Sm90ShortSplit): where a head's last query block holds
+ * at most 64 rows on the three-consumer head-dim-64 kernel (1024 = 5 x 192
+ * + 64 queries, 4096 = 21 x 192 + 64), its tiles go after all others and
+ * their consumers split the kv blocks. Unmasked-order problems (not
+ * paired), batched, with at least a block per consumer. */
+static void sm90_short_split_plan(const fa_problem *p, Sm90FwdParams *k) {
+    const Sm90Shape shape = sm90_shape(sm90_pick(p));
+    const int64_t rows_left = p->Sq % shape.bm;
+    if (!shape.short_split || k->paired || p->cu_seqlens_q || rows_left == 0 || rows_left > 64) return;
+    if (p->Sk <= 2 * (int64_t)shape.bn) return; /* fewer blocks than consumers: nothing to split */
+    k->short_first = (int)((k->num_m_blocks - 1) * (int64_t)p->Hq * p->B);
+    k->m_div_long = sm90_fastdiv(k->num_m_blocks - 1);
+}
+
 /* Workspace: e4m3's V^T first, then the split tail's counters and parts
  * (where the plan splits). */
 static size_t sm90_split_offset(const fa_problem *p) {
@@ -480,13 +497,14 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     return FA_OK;
 }
 
-/* Cfg's kernel, or its softcap instance where it has one and the problem
- * has a softcap, or its instance without the steady loop's masks where it
- * has one and the problem needs none (the only instance of a split-tail
- * kernel with SPLIT_UNMASKED_ONLY), or its varlen instance (with the
- * softcap, where Cfg has a softcap instance and the problem a softcap)
- * where it has one and the problem is varlen (never split:
- * sm90_split_plan). */
+/* Cfg's kernel, or its instance that splits short last tiles where the
+ * plan in k has them (sm90_short_split_plan), or its softcap instance
+ * where it has one and the problem has a softcap, or its instance without
+ * the steady loop's masks where it has one and the problem needs none (the
+ * only instance of a split-tail kernel with SPLIT_UNMASKED_ONLY), or its
+ * varlen instance (with the softcap, where Cfg has a softcap instance and
+ * the problem a softcap) where it has one and the problem is varlen (never
+ * split: sm90_split_plan). */
 template <class Cfg>
 static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     if constexpr (Cfg::SPLIT_TAIL && Cfg::SPLIT_UNMASKED_ONLY) {
@@ -498,6 +516,8 @@ static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const 
                     return sm90_launch_instance<Sm90Varlen<Sm90Softcap<Cfg>>>(p, k, x);
             if (p->cu_seqlens_q) return sm90_launch_instance<Sm90Varlen<Cfg>>(p, k, x);
         }
+        if constexpr (Cfg::HAS_SHORT_SPLIT && !Cfg::SHORT_SPLIT)
+            if (k.short_first < k.num_tiles) return sm90_launch_instance<Sm90ShortSplit<Cfg>>(p, k, x);
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
             if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
         if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
@@ -540,6 +560,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
      * function without one gets whole tiles). */
     const int ctas = sm90_num_sms(x->device_index); /* the persistent grid (sm90_launch) */
     sm90_pair_tail_plan(p, &k, ctas);
+    sm90_short_split_plan(p, &k);
     const Sm90SplitPlan split = sm90_split_plan(p, k, ctas);
     if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, split)) {
         uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);

@@ -80,6 +80,12 @@ struct Sm90FwdParams {
      * 2 pair_tail + 2 pair_tail_count. pair_tail_count = 0: no such tail. */
     int pair_tail, pair_tail_count;
     uint16_t pair_tail_tile[SM90_PAIR_TAIL_MAX];
+    /* Short last query blocks (Sm90ShortSplit, non-paired order): tiles
+     * from short_first on are each head's last query block, which holds at
+     * most 64 rows; the tiles before them are the other query blocks,
+     * num_m_blocks - 1 per head (m_div_long). short_first = num_tiles: off. */
+    int short_first;
+    Sm90FastDiv m_div_long;
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
@@ -296,6 +302,11 @@ struct Sm90FwdConfig {
      * non-causal 512-2k, +2..+2.6% causal 1k-2k. Head dim 128
      * measured 4-6% slower with it: there the sums take eight m64n8k16 a
      * block for half the multiplies saved (docs/perf/sm90.md, item 105). */
+    /* Short last tiles' keys split among the consumers (Sm90ShortSplit). */
+    static constexpr bool SHORT_SPLIT = false;
+    static constexpr bool HAS_SHORT_SPLIT = CONSUMERS == 3 && D == 64 && !FP8;
+    static constexpr int MERGE_F4S = D / 8 + 1; /* float4s a thread leaves: O, then (max, max, sum, sum) */
+    static constexpr int OFF_MERGE = 0;         /* (the merge buffer: Sm90ShortSplit) */
     static constexpr bool LAG_MAX = D == 256 && !FP8;
     static constexpr float MAX_LAG = 8.f;
     /* the B operand of the row sums: 8 rows of 16 ones (two 8 x 8 core
@@ -345,6 +356,34 @@ template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
     static constexpr bool Q_DESC_UNIFORM = true;
 };
 
+/* A config whose kernel splits the keys of short last tiles among its
+ * consumers (sm90_tile_split). Where a sequence's length leaves at most 64
+ * rows in its last query block, two of the three consumers have no rows
+ * there, yet that tile takes as long as a whole one: the pace of a tile is
+ * one consumer's chain per kv block. Here every consumer takes the short
+ * tile's rows (warpgroup 0's), consumer c the kv blocks c, c + 3, ... of it
+ * (counted from the highest); consumers 1 and 2 leave their unnormalised O
+ * and row statistics in a merge buffer and consumer 0 merges and writes the
+ * rows. The host also moves these tiles after all others
+ * (Sm90FwdParams::short_first), so that the CTAs the whole tiles leave
+ * short are the ones that take them. Each tile's first S then has a turn
+ * of its own (JOIN off), in the split tiles at each consumer's first
+ * block. */
+template <class Cfg> struct Sm90ShortSplit : Cfg {
+    static constexpr bool SHORT_SPLIT = true;
+    /* not joined: the merge has no room beside the next tile's S in flight
+     * (ptxas spilled 108 bytes), so each tile's first S has a turn of its
+     * own, as in the kernels without JOIN */
+    static constexpr bool JOIN = false;
+    static constexpr int OFF_MERGE = (Cfg::OFF_BAR + Cfg::NUM_BARS * 8 + 15) / 16 * 16;
+    static constexpr int MERGE_BYTES = (Cfg::CONSUMERS - 1) * Cfg::MERGE_F4S * 128 * 16; /* slots of consumers 1, 2 */
+    static constexpr int SMEM_BYTES = OFF_MERGE + MERGE_BYTES + 1024;
+    static_assert(Cfg::CONSUMERS == 3 && Cfg::P_BUFS == 1 && !Cfg::SPLIT_TAIL && !Cfg::O_IN_RING &&
+                      !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN,
+                  "the short-tile split is written for the three-consumer joined kernel");
+    static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
+};
+
 /* A config whose kernel runs varlen problems (see VARLEN_OWN_KERNEL). */
 template <class Cfg> struct Sm90Varlen : Cfg {
     static constexpr bool VARLEN = true;
@@ -358,8 +397,9 @@ template <int B> struct PBuf {
 /* Named barrier ids (0 is __syncthreads): one "turn" barrier per consumer
  * warpgroup (ids 1..3), one epilogue barrier per consumer (4..6), with O
  * staged in the ring "the other consumer has read the last K / V stage"
- * (7, 8), and with EXP_TURN one exponentials' turn per consumer (9..11). */
-enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8, BAR_EXP0 = 9 };
+ * (7, 8), with EXP_TURN one exponentials' turn per consumer (9..11), and
+ * with SHORT_SPLIT "consumers 1 and 2 have left their parts" (12). */
+enum { BAR_TURN0 = 1, BAR_EPI0 = 4, BAR_K_READ = 7, BAR_V_READ = 8, BAR_EXP0 = 9, BAR_MERGE = 12 };
 /* Threads at a turn barrier: the warpgroup waiting + the one handing over. */
 constexpr int TURN_THREADS = 256;
 

@@ -215,6 +215,37 @@ __device__ __forceinline__ float4 *sm90_split_slot(const Sm90FwdParams &p, int s
     return p.split_partial + (size_t)(slot * Cfg::CONSUMERS + wg) * sm90_split_slot_f4s<Cfg>() * 128 + tid;
 }
 
+/* Merges a part of a row's softmax left in shared memory (Sm90ShortSplit:
+ * its O in part[j * 128], j < D / 8, then (max, max, sum, sum)) into this
+ * thread's rows so far (O, row_max, the partial row_sum), each scaled to
+ * the larger max. The split tail below merges the same way from global
+ * memory, with the packed P's sums; it keeps its own lines so that its
+ * kernels' SASS stays as measured. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_merge_smem_part(const float4 *part, float *O, float *row_max, float *row_sum,
+                                                     float s_log2) {
+    constexpr int CHUNKS = Cfg::D / 8; /* float4s of O per thread */
+    const float4 stats = part[CHUNKS * 128];
+    float keep[2], take[2]; /* factors of the merged rows so far and of this part */
+    for (int h = 0; h < 2; ++h) {
+        const float m = h ? stats.y : stats.x, l = h ? stats.w : stats.z;
+        const float mx = fmaxf(row_max[h], m);
+        const float sub = mx == -INFINITY ? 0.f : mx * s_log2; /* rows hidden in both: avoid inf - inf */
+        keep[h] = fast_exp2(row_max[h] * s_log2 - sub);
+        take[h] = fast_exp2(m * s_log2 - sub);
+        row_sum[h] = row_sum[h] * keep[h] + l * take[h];
+        row_max[h] = mx;
+    }
+#pragma unroll
+    for (int j = 0; j < CHUNKS; ++j) { /* O[4j], O[4j+1]: the thread's first row; O[4j+2], O[4j+3]: its second */
+        const float4 v = part[j * 128];
+        O[4 * j] = O[4 * j] * keep[0] + v.x * take[0];
+        O[4 * j + 1] = O[4 * j + 1] * keep[0] + v.y * take[0];
+        O[4 * j + 2] = O[4 * j + 2] * keep[1] + v.z * take[1];
+        O[4 * j + 3] = O[4 * j + 3] * keep[1] + v.w * take[1];
+    }
+}
+
 /* The end of tail piece t: its O is one part of its tile's. Leaves the part
  * (unnormalised O, the row maxima and the thread's partial row sums, with
  * LAG_MAX the packed P's row sums L) in its slot; the tile's last piece to
@@ -266,6 +297,33 @@ __device__ __forceinline__ bool sm90_split_merge(const Sm90FwdParams &p, int t, 
             O[4 * j + 3] = O[4 * j + 3] * keep[1] + v.w * take[1];
         }
     }
+    return true;
+}
+
+/* The end of a split tile (Sm90ShortSplit): every consumer holds the same
+ * rows over its share of the kv blocks, and each thread the same elements
+ * of them. Consumers 1 and 2 leave their part in their slot of the merge
+ * buffer (thread-minor float4s, as the split tail's slots) and return
+ * false; consumer 0 waits for both, merges them into its own (O, row_max,
+ * row_sum) and returns true: it writes the rows. A slot is written again
+ * only in a later split tile, after its consumer's turns there, which
+ * follow consumer 0's, which follow this merge. */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_short_merge(uint8_t *merge, float *O, float *row_max, float *row_sum,
+                                                 float s_log2, int wg, int tid) {
+    constexpr int CHUNKS = Cfg::D / 8;
+    float4 *slots = reinterpret_cast<float4 *>(merge) + tid;
+    if (wg != 0) {
+        float4 *mine = slots + (wg - 1) * Cfg::MERGE_F4S * 128;
+#pragma unroll
+        for (int j = 0; j < CHUNKS; ++j) mine[j * 128] = make_float4(O[4 * j], O[4 * j + 1], O[4 * j + 2], O[4 * j + 3]);
+        mine[CHUNKS * 128] = make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]);
+        named_bar_arrive(BAR_MERGE, 128 * Cfg::CONSUMERS); /* (orders the writes before consumer 0's reads) */
+        return false;
+    }
+    named_bar_sync(BAR_MERGE, 128 * Cfg::CONSUMERS);
+    for (int c = 0; c < Cfg::CONSUMERS - 1; ++c)
+        sm90_merge_smem_part<Cfg>(slots + c * Cfg::MERGE_F4S * 128, O, row_max, row_sum, s_log2);
     return true;
 }
 

@@ -110,27 +110,42 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         uint32_t P[Cfg::P_BUFS][Cfg::P_REGS];
         float row_max[2], row_sum[2], rescale[2];
         uint32_t it = 0, tile_iter = 0; /* kv blocks and tiles consumed so far (ring positions) */
-        Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
+        /* SHORT_SPLIT: whether this tile's kv blocks are split among the
+         * consumers (each then takes warpgroup 0's rows). Derived from the
+         * tile at each use (held, it made ptxas spill), and false at compile
+         * time in the instances without SHORT_SPLIT. */
+        auto split_now = [&]() {
+            if constexpr (Cfg::SHORT_SPLIT)
+                return sm90_tile_split<Cfg>(p, tile);
+            else
+                return false;
+        };
+        Sm90RowSetup rows = sm90_row_setup<Cfg>(p, tile, split_now() ? 0 : wg, tid);
 
-        /* Descriptor of Q buffer qb (see Q_DESC_UNIFORM). */
-        auto q_buffer = [&](uint32_t qb) {
+        /* Descriptor of Q buffer qb (see Q_DESC_UNIFORM), at warpgroup 0's
+         * rows for a split tile. */
+        auto q_buffer = [&](uint32_t qb, bool split_tile) {
             /* LAG_MAX (head dim 256): made afresh a tile, not held across the
              * tiles (held, it spilled 4 bytes beside the row sums) */
-            Sm90QKDesc<Cfg> d = (Cfg::LAG_MAX ? q_desc_of(opaque_int(wg)) : q_desc0).shifted(qb * Cfg::Q_BYTES);
+            Sm90QKDesc<Cfg> d = (Cfg::LAG_MAX ? q_desc_of(opaque_int(wg)) : split_tile ? q_desc_of(0) : q_desc0)
+                                    .shifted(qb * Cfg::Q_BYTES);
             if (!Cfg::Q_DESC_UNIFORM) opaque_u64(&d.base); /* its k-steps' derived per block, not held */
             return d;
         };
 
         /* A tile's first S in a turn of its own: the CTA's first tile, and
-         * every tile without JOIN. q_parity: the Q buffer's phase. */
-        auto issue_first_s = [&](uint32_t qb, uint32_t q_parity) {
+         * every tile without JOIN. q_parity: the Q buffer's phase. A split
+         * tile's first block for consumer c is its c-th (ring position
+         * it + c). */
+        auto issue_first_s = [&](uint32_t qb, uint32_t q_parity, bool split_tile) {
+            const uint32_t pos = it + (split_tile ? wg : 0);
             mbar_wait(&q_full[qb], q_parity);
-            mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
+            mbar_wait(&k_full[pos % Cfg::STAGES], (pos / Cfg::STAGES) & 1);
             named_bar_sync(my_turn, TURN_THREADS);
-            sm90_issue_qk<Cfg>(S, q_buffer(qb), k_ring.shifted((it % Cfg::STAGES) * Cfg::KV_BYTES));
+            sm90_issue_qk<Cfg>(S, q_buffer(qb, split_tile), k_ring.shifted((pos % Cfg::STAGES) * Cfg::KV_BYTES));
             named_bar_arrive(next_turn, TURN_THREADS);
         };
-        issue_first_s(0, 0);
+        issue_first_s(0, 0, split_now());
 
         /* Retire the P V issued in the last turn (its V stage: pv_stage);
          * retire_pv_and_pack then packs the newest probabilities into P,
@@ -143,7 +158,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             wgmma_wait<0>();
             fence_regs<Cfg::D / 2>(O);
             if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
-            if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]);
+            if (pv_in_flight && tid == 0) sm90_release<Cfg>(&v_empty[pv_stage], split_now());
         };
         /* The newest probabilities into P (and with P_SMEM into the buffer). */
         auto pack_p = [&]() {
@@ -160,21 +175,26 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
         for (;;) {
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
-            const Sm90QKDesc<Cfg> q_desc = q_buffer(qb);
+            const Sm90QKDesc<Cfg> q_desc = q_buffer(qb, split_now());
+            /* A split tile: this consumer takes its blocks c, c + 3, ...
+             * (counted from the highest), which lie as far apart in the ring;
+             * the others' blocks it passes over. */
+            const int step = split_now() ? Cfg::CONSUMERS : 1;
+            if (split_now()) it += wg;
             /* This tile's first (highest) kv block: its S was issued in an
              * earlier turn; nothing to overlap with until the next turn. */
-            int n = tile.n_hi - 1;
+            int n = tile.n_hi - 1 - (split_now() ? wg : 0);
             uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
             wgmma_wait<0>();
             fence_regs<Cfg::BN / 2>(S);
-            sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
+            sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, split_now());
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
             sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
             if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
-            ++it;
+            it += step;
             int o_started = 0;
             /* two P buffers: the one holding the newest P (a variable of its own:
              * deriving it from the block count made the split-tail kernel spill) */
@@ -225,7 +245,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 prev_parity = ((it - 1) / Cfg::STAGES) & 1;
                 pv_stage = (it - 2) % Cfg::STAGES;
             } else { /* one P buffer: the single-buffer kernels' code, unchanged (their SASS too) */
-                for (n = tile.n_hi - 2; n >= tile.n_lo; --n, ++it) {
+                for (n = tile.n_hi - 1 - (split_now() ? wg : 0) - step; n >= tile.n_lo; n -= step, it += step) {
                     stage = it % Cfg::STAGES;
                     parity = (it / Cfg::STAGES) & 1;
                     mbar_wait(&k_full[stage], parity);
@@ -241,14 +261,36 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
-                    sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
+                    sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, split_now());
+                    /* A split tile (as many stages as consumers): all of this
+                     * consumer's blocks share one stage, so its next V loads
+                     * only once this P V has read the last; the P V is waited
+                     * for now (O is fenced where the other path fences it), and
+                     * the load runs under the softmax. */
+                    if (split_now()) {
+                        wgmma_wait<0>();
+                        if (tid == 0) sm90_release<Cfg>(&v_empty[prev_stage], true);
+                    }
                     sm90_scores_to_probs<Cfg, Cfg::STEADY_MASKS>(S, p, rows, n, row_max, row_sum, rescale, quad_col,
                                                                  my_exp, next_exp);
-                    if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, 1);
+                    if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, split_now() ? 0 : 1);
                     o_started = 1;
                     pv_stage = prev_stage;
                     prev_stage = stage;
                     prev_parity = parity;
+                }
+            }
+
+            if (split_now()) {
+                /* past every block of the tile, as the other consumers are: the
+                 * loop left n three below this consumer's last block, at
+                 * ring position it - 3 */
+                it += n + 1 - tile.n_lo;
+                /* A consumer with one block fewer passes a turn, so that every
+                 * consumer takes as many turns in the tile and the round holds. */
+                if ((tile.n_hi - 1 - tile.n_lo) % Cfg::CONSUMERS < wg) {
+                    named_bar_sync(my_turn, TURN_THREADS);
+                    named_bar_arrive(next_turn, TURN_THREADS);
                 }
             }
 
@@ -284,7 +326,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             else
                 sm90_issue_pv<Cfg>(O, P[0], p_desc, last_v, o_started, L, ones_desc);
             if constexpr (Cfg::JOIN)
-                sm90_issue_qk<Cfg>(S, q_buffer(next_qb), k_ring.shifted((it % Cfg::STAGES) * Cfg::KV_BYTES));
+                sm90_issue_qk<Cfg>(S, q_buffer(next_qb, false), k_ring.shifted((it % Cfg::STAGES) * Cfg::KV_BYTES));
             named_bar_arrive(next_turn, TURN_THREADS);
             /* without JOIN: find the next tile while the last P V runs */
             if constexpr (!Cfg::JOIN)
@@ -297,7 +339,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 sm90_finish_rows<Cfg>(p, tile, row_max, row_sum, rows.s_log2, wg, tid, inv);
                 if constexpr (!Cfg::O_IN_RING) sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
             };
-            if constexpr (Cfg::EARLY_FINISH) finish_rows();
+            /* (a split tile's rows: after the merge) */
+            const bool early_finish = Cfg::EARLY_FINISH && !split_now();
+            if (early_finish) finish_rows();
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
             if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
@@ -310,11 +354,15 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 stage_empty = wg == 0 ? &k_empty[prev_stage] : &v_empty[prev_stage];
                 if (wg == 0) named_bar_arrive(BAR_V_READ, 256); /* consumer 1 may now use the V stage */
             }
-            if (tid == 0 && !(Cfg::O_IN_RING && wg == 1)) mbar_arrive(&v_empty[prev_stage]);
+            if (tid == 0 && !(Cfg::O_IN_RING && wg == 1)) sm90_release<Cfg>(&v_empty[prev_stage], split_now());
 
+            /* A split tile is written by consumer 0, once it has merged the
+             * others' parts into its own. */
+            const bool writes = !split_now() || sm90_short_merge<Cfg>(smem + Cfg::OFF_MERGE, O, row_max, row_sum,
+                                                                 rows.s_log2, wg, tid);
             /* A tail piece writes its tile only when it is the tile's last. */
-            if (whole_tile || sm90_split_merge<Cfg>(p, t, O, row_max, row_sum, L, rows.s_log2, wg, tid)) {
-                if constexpr (!Cfg::EARLY_FINISH) finish_rows();
+            if (writes && (whole_tile || sm90_split_merge<Cfg>(p, t, O, row_max, row_sum, L, rows.s_log2, wg, tid))) {
+                if (!early_finish) finish_rows();
                 if constexpr (Cfg::LAG_MAX) sm90_lag_inv(L, inv); /* the packed P's sums, merged */
                 sm90_epilogue<Cfg>(p, tile, O, inv, o_stage, stage_empty, mailbox, o_full, wg, tid);
             } else if constexpr (Cfg::O_IN_RING) {
@@ -330,8 +378,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             }
             t = t_next;
             tile = next_tile;
-            rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
-            if constexpr (!Cfg::JOIN) issue_first_s(tile_iter % Cfg::Q_BUFS, (tile_iter / Cfg::Q_BUFS) & 1);
+            rows = sm90_row_setup<Cfg>(p, tile, split_now() ? 0 : wg, tid);
+            if constexpr (!Cfg::JOIN) issue_first_s(tile_iter % Cfg::Q_BUFS, (tile_iter / Cfg::Q_BUFS) & 1, split_now());
         }
     }
     if constexpr (Cfg::STORE_THREAD) { /* no more tiles: the store thread may finish */

@@ -121,8 +121,11 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
         const int j = sm90_divmod(u, p.m_div, &g); /* unit j of head pair g */
         hb = 2 * g + 1 - h;
         tile.m_block = h ? j : p.num_m_blocks - 1 - j;
+    } else if (Cfg::SHORT_SPLIT && t >= p.short_first) { /* the short last query blocks, after all others */
+        tile.m_block = p.num_m_blocks - 1;
+        hb = t - p.short_first;
     } else {
-        tile.m_block = sm90_divmod(t, p.m_div, &hb);
+        tile.m_block = sm90_divmod(t, Cfg::SHORT_SPLIT ? p.m_div_long : p.m_div, &hb);
     }
     /* batch = p.batch: past the last head (paired order, odd head count) */
     tile.head = sm90_divmod(hb, p.h_div, &tile.batch);
@@ -148,6 +151,14 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
     return tile;
 }
 
+
+/* Whether the consumers split tile t's kv blocks (Sm90ShortSplit): a short
+ * last query block (the host enables the instance only where that block
+ * holds at most 64 rows) with a block for each consumer. */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_tile_split(const Sm90FwdParams &p, const Sm90Tile &t) {
+    return Cfg::SHORT_SPLIT && t.m_block == p.num_m_blocks - 1 && t.n_hi - t.n_lo >= Cfg::CONSUMERS;
+}
 
 /* Query row (within the warpgroup's 64) of a consumer thread's first
  * accumulator row; its second is 8 below (see the layout at the top). */

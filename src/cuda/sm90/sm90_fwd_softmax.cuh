@@ -277,11 +277,21 @@ __device__ __forceinline__ void sm90_rescale_o(float *O, const float *rescale, f
         }
 }
 
+/* One consumer's arrival on a stage's "empty" barrier, or with for_all
+ * (a block that only this consumer reads: Sm90ShortSplit) every consumer's. */
+template <class Cfg> __device__ __forceinline__ void sm90_release(uint64_t *empty, bool for_all) {
+    if (for_all)
+        mbar_arrive_cnt(empty, Cfg::CONSUMERS);
+    else
+        mbar_arrive(empty);
+}
+
 /* This warpgroup's S of a block is done: free its K stage. O_IN_RING:
  * consumer 0 keeps the tile's last K stage for its O (see the epilogue). */
 template <class Cfg>
-__device__ __forceinline__ void sm90_free_k_stage(uint64_t *k_empty, bool last_block, int wg, int tid) {
-    if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && last_block)) mbar_arrive(k_empty);
+__device__ __forceinline__ void sm90_free_k_stage(uint64_t *k_empty, bool last_block, int wg, int tid,
+                                                  bool for_all = false) {
+    if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && last_block)) sm90_release<Cfg>(k_empty, for_all);
 }
 
 /* Two floats to two e4m3 bytes, lo in the low byte (saturating to +-448). */

@@ -39,6 +39,11 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
+/* count arrivals at once (a thread standing in for several arrivers). */
+__device__ __forceinline__ void mbar_arrive_cnt(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
 /* Block until the barrier's phase with the given parity has completed. The
  * suspend-time hint (10 ms, in ns) lets the thread sleep until the phase
  * completes instead of returning after the hardware's short default and
