@@ -200,26 +200,26 @@ def test_varlen_autograd(device, head_dim):
 
 
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
-@pytest.mark.parametrize("d,S", [(64, 2048), (128, 2048), (256, 2048), (64, 1024)])
+@pytest.mark.parametrize("d,sq,sk", [(64, 2048, 2048), (128, 2048, 2048), (256, 2048, 2048), (64, 64, 4096)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_cuda_more_tiles_than_sms(d, S, causal):
-    """A forward with about 1.2 tiles of 128 queries per SM over S keys:
-    the last round of tiles is partial, which on Hopper the kernels balance
-    by splitting the last tiles' keys across CTAs (non-causal) or by dealing
-    the last query blocks largest first (causal). At head dim 64 and 1024
-    queries (5 x 192 + 64) each head's short last tile goes after all
-    others, its keys split among the CTA's consumers (non-causal)."""
+def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
+    """A forward with about 1.2 tiles of 128 queries per SM: the last round
+    of tiles is partial, which on Hopper the kernels balance by splitting
+    the last tiles' keys across CTAs (non-causal) or by dealing the last
+    query blocks largest first (causal). With 64 queries over 4096 keys
+    every tile is short, and at head dim 64 (non-causal) its keys are
+    split among the CTA's consumers."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     dtype = torch.bfloat16
-    heads = -(-sms * 6 // 5 // (S // 128))  # ceil(1.2 sms / tiles per head)
-    q, k, v = make_qkv("cuda", dtype, B=1, sq=S, sk=S, hq=heads, hk=heads, d=d)
+    heads = -(-sms * 6 // 5 // -(-sq // 128))  # ceil(1.2 sms / tiles per head)
+    q, k, v = make_qkv("cuda", dtype, B=1, sq=sq, sk=sk, hq=heads, hk=heads, d=d)
     out, lse, _ = fa.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
     ref = sdpa(q.double(), k.double(), v.double(), causal=causal)
     naive = sdpa(q, k, v, causal=causal, naive=True)
     check(out, ref, naive, dtype, 2.0)
-    # the split tail merges each row's pieces by their lse: the row's lse must hold too
+    # the merges (split tail, split short tiles) combine a row's parts by their lse: it must hold too
     s = q.double().transpose(1, 2) @ k.double().transpose(1, 2).transpose(-1, -2) / d**0.5
-    mask = torch.from_numpy(R.visible(S, S, causal, (-1, -1))).to(q.device)
+    mask = torch.from_numpy(R.visible(sq, sk, causal, (-1, -1))).to(q.device)
     ref_lse = torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1)
     torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=1e-3)
 

@@ -355,15 +355,35 @@ static void sm90_pair_tail_plan(const fa_problem *p, Sm90FwdParams *k, int sms) 
 
 /* Short last tiles (Sm90ShortSplit): where a head's last query block holds
  * at most 64 rows on the three-consumer head-dim-64 kernel (1024 = 5 x 192
- * + 64 queries, 4096 = 21 x 192 + 64), its tiles go after all others and
- * their consumers split the kv blocks. Unmasked-order problems (not
- * paired), batched, with at least a block per consumer. */
-static void sm90_short_split_plan(const fa_problem *p, Sm90FwdParams *k) {
+ * + 64 queries, 4096 = 21 x 192 + 64, or every tile for up to 64), those
+ * tiles can go after all others with their kv blocks split among the
+ * consumers. Taken where that ends the run sooner by a cost model: on G
+ * CTAs the whole tiles go round-robin, then the short ones from the CTA
+ * after the last whole tile; a short tile costs SM90_SHORT_TENTHS / 10 of
+ * a whole one split (1 unsplit, as dealt now), and the instance's own cost
+ * (no joined tile boundary, its checks) is SM90_SHORT_OVERHEAD_PCT % of
+ * the run (docs/perf/sm90.md, item 109). Unmasked-order problems (not
+ * paired), batched, with at least a kv block per consumer. */
+enum { SM90_SHORT_TENTHS = 7, SM90_SHORT_OVERHEAD_PCT = 3 };
+
+static void sm90_short_split_plan(const fa_problem *p, Sm90FwdParams *k, int sms) {
     const Sm90Shape shape = sm90_shape(sm90_pick(p));
     const int64_t rows_left = p->Sq % shape.bm;
     if (!shape.short_split || k->paired || p->cu_seqlens_q || rows_left == 0 || rows_left > 64) return;
     if (p->Sk <= 2 * (int64_t)shape.bn) return; /* fewer blocks than consumers: nothing to split */
-    k->short_first = (int)((k->num_m_blocks - 1) * (int64_t)p->Hq * p->B);
+    const int64_t heads = p->Hq * p->B, whole = (k->num_m_blocks - 1) * heads;
+    const int64_t G = k->num_tiles < sms ? k->num_tiles : sms;
+    const int64_t now = (k->num_tiles + G - 1) / G * 10; /* tenths of a whole tile */
+    const int64_t whole_each = whole / G, whole_left = whole % G, short_each = heads / G, short_left = heads % G;
+    int64_t split = 0; /* the busiest CTA's time, split */
+    for (int64_t c = 0; c < G; ++c) {
+        const int64_t own_whole = whole_each + (c < whole_left);
+        const int64_t own_short = short_each + ((c - whole_left + G) % G < short_left);
+        const int64_t span = own_whole * 10 + own_short * SM90_SHORT_TENTHS;
+        split = span > split ? span : split;
+    }
+    if (split * (100 + SM90_SHORT_OVERHEAD_PCT) >= now * 100) return;
+    k->short_first = (int)whole;
     k->m_div_long = sm90_fastdiv(k->num_m_blocks - 1);
 }
 
@@ -560,7 +580,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
      * function without one gets whole tiles). */
     const int ctas = sm90_num_sms(x->device_index); /* the persistent grid (sm90_launch) */
     sm90_pair_tail_plan(p, &k, ctas);
-    sm90_short_split_plan(p, &k);
+    sm90_short_split_plan(p, &k, ctas);
     const Sm90SplitPlan split = sm90_split_plan(p, k, ctas);
     if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, split)) {
         uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);

@@ -158,7 +158,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             wgmma_wait<0>();
             fence_regs<Cfg::D / 2>(O);
             if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
-            if (pv_in_flight && tid == 0) sm90_release<Cfg>(&v_empty[pv_stage], split_now());
+            if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]); /* (split tiles free theirs below) */
         };
         /* The newest probabilities into P (and with P_SMEM into the buffer). */
         auto pack_p = [&]() {
@@ -178,7 +178,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             const Sm90QKDesc<Cfg> q_desc = q_buffer(qb, split_now());
             /* A split tile: this consumer takes its blocks c, c + 3, ...
              * (counted from the highest), which lie as far apart in the ring;
-             * the others' blocks it passes over. */
+             * the others' blocks it passes over. In the loop below step > 1
+             * says the tile is split (cheaper than split_now()). */
             const int step = split_now() ? Cfg::CONSUMERS : 1;
             if (split_now()) it += wg;
             /* This tile's first (highest) kv block: its S was issued in an
@@ -261,19 +262,19 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
-                    sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, split_now());
+                    sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, step > 1);
                     /* A split tile (as many stages as consumers): all of this
                      * consumer's blocks share one stage, so its next V loads
                      * only once this P V has read the last; the P V is waited
                      * for now (O is fenced where the other path fences it), and
                      * the load runs under the softmax. */
-                    if (split_now()) {
+                    if (step > 1) {
                         wgmma_wait<0>();
                         if (tid == 0) sm90_release<Cfg>(&v_empty[prev_stage], true);
                     }
                     sm90_scores_to_probs<Cfg, Cfg::STEADY_MASKS>(S, p, rows, n, row_max, row_sum, rescale, quad_col,
                                                                  my_exp, next_exp);
-                    if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, split_now() ? 0 : 1);
+                    if (!Cfg::LATE_PV_RETIRE) retire_pv_and_pack(prev_stage, step > 1 ? 0 : 1);
                     o_started = 1;
                     pv_stage = prev_stage;
                     prev_stage = stage;
