@@ -332,6 +332,7 @@ static int check_all(bool small, bool varlen_only) {
         cases.push_back({2, 8, 3100, 99, 33, 72, 0, 0, -1, -1, 0.f, true, 1.f, 0});   /* split tail */
         cases.push_back({2, 8, 1560, 99, 99, 136, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tail, O in the ring */
         cases.push_back({1, 50, 385, 2, 1, 64, 0, 0, -1, -1, 20.f, false, 3.f, 8}); /* a short tile split */
+        cases.push_back({1, 2200, 2200, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0}); /* paired, 88-row tile */
         cases.push_back({1, 64, 400, 300, 100, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tiles in a row */
         int fails = 0;
         for (const Case &c : cases) fails += run_case(c);
@@ -388,6 +389,9 @@ static int check_all(bool small, bool varlen_only) {
         cases.push_back({1, 40, 900, 4, 2, 64, 0, 0, -1, -1, 0.f, false, 4.f, 0}); /* large scores */
         cases.push_back({1, 1024, 1111, 24, 8, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0});
         cases.push_back({1, 64, 400, 300, 100, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* 2-3 split tiles a CTA */
+        /* causal past 2048 queries (192-row tiles, paired order, its tail
+         * dealt tile by tile) with an 88-row last tile: never split */
+        cases.push_back({1, 2200, 2200, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
         /* The split tail, on an H200 (132 SMs): 198 tiles leave a last wave
          * of 66, whose kv blocks (25 per tile) are shared out 12.5 per CTA,
          * so pieces split tiles and cross from one tile into the next. Few

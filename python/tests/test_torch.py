@@ -200,7 +200,8 @@ def test_varlen_autograd(device, head_dim):
 
 
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
-@pytest.mark.parametrize("d,sq,sk", [(64, 2048, 2048), (128, 2048, 2048), (256, 2048, 2048), (64, 64, 4096)])
+@pytest.mark.parametrize("d,sq,sk", [(64, 2048, 2048), (128, 2048, 2048), (256, 2048, 2048), (64, 64, 4096),
+                                     (64, 2200, 2200)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
     """A forward with about 1.2 tiles of 128 queries per SM: the last round
@@ -208,7 +209,8 @@ def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
     the last tiles' keys across CTAs (non-causal) or by dealing the last
     query blocks largest first (causal). With 64 queries over 4096 keys
     every tile is short, and at head dim 64 (non-causal) its keys are
-    split among the CTA's consumers."""
+    split among the CTA's consumers; 2200 = 11 x 192 + 88 queries leave
+    a last tile of more than 64 rows at head dim 64, never split."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     dtype = torch.bfloat16
     heads = -(-sms * 6 // 5 // -(-sq // 128))  # ceil(1.2 sms / tiles per head)

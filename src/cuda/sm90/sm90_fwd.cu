@@ -163,7 +163,8 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     k->tail_first = k->num_tiles; /* no split tail unless fa_sm90_fwd plans one */
     k->pair_tail = k->num_tiles / 2; /* nor a paired one (sm90_pair_tail_plan) */
     k->pair_tail_count = 0;
-    k->short_first = k->num_tiles; /* nor split short tiles (sm90_short_split_plan) */
+    k->short_split = 0; /* nor split short tiles (sm90_short_split_plan) */
+    k->short_first = k->num_tiles;
     k->m_div_long = k->m_div;
     k->top_left = p->top_left;
     /* clamped where they hide nothing more (fa_sm90_fwd_supports: Sq + Sk < 2^30) */
@@ -383,6 +384,7 @@ static void sm90_short_split_plan(const fa_problem *p, Sm90FwdParams *k, int sms
         split = span > split ? span : split;
     }
     if (split * (100 + SM90_SHORT_OVERHEAD_PCT) >= now * 100) return;
+    k->short_split = 1;
     k->short_first = (int)whole;
     k->m_div_long = sm90_fastdiv(k->num_m_blocks - 1);
 }
@@ -487,13 +489,17 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
 template <class Cfg>
 static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     /* an instance without the softcap's code would ignore it, one without
-     * the steady loop's masks would show hidden keys: only sm90_launch picks */
+     * the steady loop's masks would show hidden keys, the short-tile split's
+     * would leave rows unwritten: only sm90_launch picks */
     if (!Cfg::SOFTCAP && k.softcap_pre != 0.f)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: softcap given to a kernel compiled without it");
     if (!Cfg::STEADY_MASKS && !fa_only_top_block_masked(p, Cfg::BM, Cfg::BN))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a masked problem given to a kernel without masks");
     if (!Cfg::VARLEN && p->cu_seqlens_q)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a varlen problem given to a kernel without varlen");
+    /* the split instance writes only the first 64 rows of each last query block */
+    if (Cfg::SHORT_SPLIT && !k.short_split)
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: short-tile split without its plan");
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
@@ -537,7 +543,7 @@ static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const 
             if (p->cu_seqlens_q) return sm90_launch_instance<Sm90Varlen<Cfg>>(p, k, x);
         }
         if constexpr (Cfg::HAS_SHORT_SPLIT && !Cfg::SHORT_SPLIT)
-            if (k.short_first < k.num_tiles) return sm90_launch_instance<Sm90ShortSplit<Cfg>>(p, k, x);
+            if (k.short_split) return sm90_launch_instance<Sm90ShortSplit<Cfg>>(p, k, x);
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
             if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
         if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)

@@ -80,11 +80,12 @@ struct Sm90FwdParams {
      * 2 pair_tail + 2 pair_tail_count. pair_tail_count = 0: no such tail. */
     int pair_tail, pair_tail_count;
     uint16_t pair_tail_tile[SM90_PAIR_TAIL_MAX];
-    /* Short last query blocks (Sm90ShortSplit, non-paired order): tiles
-     * from short_first on are each head's last query block, which holds at
-     * most 64 rows; the tiles before them are the other query blocks,
-     * num_m_blocks - 1 per head (m_div_long). short_first = num_tiles: off. */
-    int short_first;
+    /* Short last query blocks (Sm90ShortSplit, non-paired order; only
+     * where short_split is 1, which launches that instance): tiles from
+     * short_first on are each head's last query block, which holds at most
+     * 64 rows; the tiles before them are the other query blocks,
+     * num_m_blocks - 1 per head (m_div_long). */
+    int short_split, short_first;
     Sm90FastDiv m_div_long;
 };
 
