@@ -290,6 +290,12 @@ struct Sm90FwdConfig {
      * masks and without the softcap: the other two spill with the merge
      * (4 bytes). The host splits only problems that instance takes. */
     static constexpr bool SPLIT_UNMASKED_ONLY = P_SMEM;
+    /* Short last tiles' keys split among the consumers: the instance
+     * Sm90ShortSplit (HAS_SHORT_SPLIT: this config has one). */
+    static constexpr bool SHORT_SPLIT = false;
+    static constexpr bool HAS_SHORT_SPLIT = CONSUMERS == 3 && D == 64 && !FP8;
+    static constexpr int MERGE_F4S = D / 8 + 1; /* float4s a thread leaves: O, then (max, max, sum, sum) */
+    static constexpr int OFF_MERGE = 0;         /* (the merge buffer: Sm90ShortSplit) */
     /* A lagging max (sm90_softmax_max): the max that a row's P and O are
      * taken against moves only when a block's scores pass it by more than
      * MAX_LAG (base-2 logits), so P stays below 2^MAX_LAG and O's rescale
@@ -303,11 +309,6 @@ struct Sm90FwdConfig {
      * non-causal 512-2k, +2..+2.6% causal 1k-2k. Head dim 128
      * measured 4-6% slower with it: there the sums take eight m64n8k16 a
      * block for half the multiplies saved (docs/perf/sm90.md, item 105). */
-    /* Short last tiles' keys split among the consumers (Sm90ShortSplit). */
-    static constexpr bool SHORT_SPLIT = false;
-    static constexpr bool HAS_SHORT_SPLIT = CONSUMERS == 3 && D == 64 && !FP8;
-    static constexpr int MERGE_F4S = D / 8 + 1; /* float4s a thread leaves: O, then (max, max, sum, sum) */
-    static constexpr int OFF_MERGE = 0;         /* (the merge buffer: Sm90ShortSplit) */
     static constexpr bool LAG_MAX = D == 256 && !FP8;
     static constexpr float MAX_LAG = 8.f;
     /* the B operand of the row sums: 8 rows of 16 ones (two 8 x 8 core
@@ -381,7 +382,7 @@ template <class Cfg> struct Sm90ShortSplit : Cfg {
     static constexpr int SMEM_BYTES = OFF_MERGE + MERGE_BYTES + 1024;
     static_assert(Cfg::CONSUMERS == 3 && Cfg::P_BUFS == 1 && !Cfg::SPLIT_TAIL && !Cfg::O_IN_RING &&
                       !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN,
-                  "the short-tile split is written for the three-consumer joined kernel");
+                  "the short-tile split is written for the three-consumer kernel");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 };
 
