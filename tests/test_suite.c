@@ -303,6 +303,14 @@ static void head_dims(fa_dtype dt) {
     scase diag = make("head dim 128 causal, diagonal on block edges", dt, 1, 130, 258, 2, 1, 128, 128);
     diag.opts.causal = 1;
     run_case(&diag);
+    /* Few query rows over many keys at head dims up to 64: on Hopper every
+     * tile is short (at most 64 rows), and its kv blocks are split among
+     * the kernel's consumers. */
+    scase few = make("head dim 64, few rows over many keys", dt, 2, 50, 1000, 4, 2, 64, 64);
+    run_case(&few);
+    few = make("head dim 40, few rows over many keys, softcap", dt, 1, 64, 385, 3, 1, 40, 40);
+    few.opts.softcap = 20.0f;
+    run_case(&few);
     /* Head dims below one SIMD vector, with few query rows (decode-sized blocks)
      * and with a tail block after full ones. */
     static const int64_t tiny[] = {1, 2, 3, 5, 7};
