@@ -227,6 +227,39 @@ def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
 
 
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
+def test_cuda_chained_calls():
+    """Calls queued back to back on one stream, each reading what the one
+    before wrote: a forward's q is the last forward's output, a backward's
+    dout the last backward's dq. On Hopper each kernel may launch before the
+    one ahead of it has ended, and must wait for it before touching memory;
+    the calls are long enough (~0.3-1 ms) for the host to queue them ahead."""
+    from flashattn import _core
+    dtype = torch.bfloat16
+    _, k, v = make_qkv("cuda", dtype, B=1, sq=1, sk=4096, hq=32, hk=32, d=64)
+    x = torch.randn(1, 4096, 32, 64, device="cuda").to(dtype)
+    causal = [False, True, False, True]
+    torch.cuda.synchronize()
+    qs, outs, lses = [x], [], []
+    for c in causal:  # no sync in between: the host runs ahead of the GPU
+        out, lse = _core.fwd(qs[-1], k, v, causal=c)
+        qs.append(out)
+        outs.append(out)
+        lses.append(lse)
+    douts = [torch.randn_like(x)]
+    for q, out, lse, c in zip(qs, outs, lses, causal):
+        dq, _, _ = _core.bwd(douts[-1], q, k, v, out, lse, causal=c)
+        douts.append(dq)
+    torch.cuda.synchronize()
+    for i, c in enumerate(causal):
+        ref = sdpa(qs[i].double(), k.double(), v.double(), causal=c)
+        check(outs[i], ref, sdpa(qs[i], k, v, causal=c, naive=True), dtype, 2.0)
+        _, (ref_dq,) = run(lambda q, c=c: sdpa(q, k.double(), v.double(), causal=c),
+                           [leaf(qs[i], torch.float64)], douts[i].double())
+        _, (naive_dq,) = run(lambda q, c=c: sdpa(q, k, v, causal=c, naive=True), [leaf(qs[i])], douts[i])
+        check(douts[i + 1], ref_dq, naive_dq, dtype, 3.0)
+
+
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
 @pytest.mark.parametrize("block_size", [None, 1, 16, 256])
 @pytest.mark.parametrize("num_splits", [0, 1, 5])
 def test_cuda_decode(block_size, num_splits):

@@ -48,6 +48,8 @@ __global__ void sm90_bwd_preprocess(const __grid_constant__ fa_problem p, float 
                                     int vec) {
     const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int h = blockIdx.y, b = blockIdx.z;
+    grid_launch_dependents(); /* the main kernel may launch; it waits for these rows */
+    grid_dependency_wait();   /* launched early (bwd_run): the work ahead must be done */
     if (i >= sq_pad) return;
     const int64_t slot = ((int64_t)b * p.Hq + h) * sq_pad + i;
     if (i >= fa_seqlen_q(&p, b)) { /* padding rows (and a varlen sequence's rows past its end): P = 0 */
@@ -62,6 +64,8 @@ template <typename T>
 __global__ void sm90_bwd_convert(const __grid_constant__ fa_problem p, const float *dq_accum, int sq_pad, int dpad) {
     const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     const int h = blockIdx.y, b = blockIdx.z;
+    grid_launch_dependents(); /* whatever follows in the stream may launch and wait */
+    grid_dependency_wait();   /* launched early (bwd_run): every dQ sum must be done */
     if (i >= fa_seqlen_q(&p, b)) return; /* also rows past Sq: seqlen_q <= Sq */
     const float *src = dq_accum + (((int64_t)b * p.Hq + h) * sq_pad + i) * dpad;
     T *dst = (T *)p.dq.data + fa_q_offset(&p, &p.dq, b, i, h);
@@ -166,14 +170,19 @@ static fa_status bwd_run(const fa_problem *p, const fa_exec *x, const Sm90BwdPar
     cudaError_t e = smem_limit_once(sm90_bwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e == cudaSuccess) e = cudaMemsetAsync(k.dq_accum, 0, bwd_accum_bytes(p), stream);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 backward: %s", cudaGetErrorString(e));
+    /* Three kernels, each launched early (sm90_launch_early): each waits for
+     * the one before it at its start, so the launch gaps between them go */
     const int vec = p->Dv % 8 == 0 && bwd_view_aligned(&p->out) && bwd_view_aligned(&p->dout);
-    sm90_bwd_preprocess<T><<<dim3((unsigned)((k.sq_pad + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(
-        *p, (float *)k.lse2, (float *)k.delta, k.sq_pad, vec);
+    e = sm90_launch_early(sm90_bwd_preprocess<T>, dim3((unsigned)((k.sq_pad + 7) / 8), (unsigned)p->Hq, (unsigned)p->B),
+                          dim3(256), 0, stream, *p, (float *)k.lse2, (float *)k.delta, k.sq_pad, vec);
     const unsigned n_blocks = (unsigned)((p->Sk + Cfg::BN - 1) / Cfg::BN);
-    sm90_bwd_kernel<Cfg><<<dim3(n_blocks, (unsigned)p->Hk, (unsigned)p->B), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(k);
-    sm90_bwd_convert<T><<<dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B), 256, 0, stream>>>(
-        *p, k.dq_accum, k.sq_pad, Cfg::D);
-    e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = sm90_launch_early(sm90_bwd_kernel<Cfg>, dim3(n_blocks, (unsigned)p->Hk, (unsigned)p->B),
+                              dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream, k);
+    if (e == cudaSuccess)
+        e = sm90_launch_early(sm90_bwd_convert<T>, dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B),
+                              dim3(256), 0, stream, *p, (const float *)k.dq_accum, k.sq_pad, (int)Cfg::D);
+    if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 backward launch: %s", cudaGetErrorString(e));
     return FA_OK;
 }

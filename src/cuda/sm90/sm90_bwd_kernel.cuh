@@ -535,8 +535,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_bwd_kernel(const __grid_
             mbar_init(&bars[1 + Cfg::STAGES + s], 256); /* rows_empty: every consumer thread */
         }
         mbar_fence_init();
+        grid_launch_dependents(); /* dQ's conversion may launch; it waits for this grid */
     }
     __syncthreads();
+    grid_dependency_wait(); /* launched early (bwd_run): the row statistics must be done */
     const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0); /* warp-uniform for the compiler */
     if (wg == 0) {
         regs_dealloc<Cfg::PRODUCER_REGS>();

@@ -95,4 +95,26 @@ static inline int sm90_num_sms(int device) {
     return cached[device];
 }
 
+/* Launches a kernel that may start before the work ahead of it in the
+ * stream has ended (programmatic stream serialisation): its CTAs take the
+ * SMs as that work leaves them. The kernel must wait for that work
+ * (grid_dependency_wait) before it reads or writes global memory; where it
+ * lets the next such launch start early (grid_launch_dependents), back-to-
+ * back kernels lose no launch gap. */
+template <typename... Params, typename... Args>
+static inline cudaError_t sm90_launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                            cudaStream_t stream, Args... args) {
+    cudaLaunchConfig_t launch = {};
+    launch.gridDim = grid;
+    launch.blockDim = block;
+    launch.dynamicSmemBytes = smem;
+    launch.stream = stream;
+    cudaLaunchAttribute early_start;
+    early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early_start.val.programmaticStreamSerializationAllowed = 1;
+    launch.attrs = &early_start;
+    launch.numAttrs = 1;
+    return cudaLaunchKernelEx(&launch, kernel, args...);
+}
+
 #endif /* FA_SM90_HOST_CUH */
