@@ -504,12 +504,13 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
     const int grid = sm90_grid(k, sm90_num_sms(x->device_index));
-    /* Launched early (sm90_launch_early). 16-bit: every thread waits for
-     * the work ahead before touching memory, and a forward ahead lets it
-     * launch at once. e4m3: only its V loader waits, for the V transpose
-     * just before it; Q and K load meanwhile. */
-    e = sm90_launch_early(sm90_fwd_kernel<Cfg>, dim3((unsigned)grid), dim3(Cfg::THREADS), Cfg::SMEM_BYTES,
-                          (cudaStream_t)x->stream, k);
+    /* e4m3: the kernel may start while the V transpose ahead of it finishes
+     * (its CTAs take the SMs the transpose leaves, and load Q and K); its V
+     * loader waits for the transpose (grid_dependency_wait). The 16-bit
+     * kernels launch as usual: launched early too, they measured level at
+     * best (docs/perf/sm90.md, item 110). */
+    e = sm90_launch_kernel(sm90_fwd_kernel<Cfg>, dim3((unsigned)grid), dim3(Cfg::THREADS), Cfg::SMEM_BYTES,
+                           (cudaStream_t)x->stream, Cfg::FP8, k);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));
     return FA_OK;

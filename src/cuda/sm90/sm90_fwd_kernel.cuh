@@ -416,9 +416,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
             mbar_init(&ring[4 * Cfg::STAGES + Cfg::MAILBOXES + c], 1); /* o_empty: the store thread */
         }
         mbar_fence_init();
-        /* 16-bit: the next call's kernel may launch now and set itself up on
-         * the SMs this grid leaves; it waits below before touching memory */
-        if constexpr (!Cfg::FP8) grid_launch_dependents();
     }
     if constexpr (Cfg::LAG_MAX) /* the block of ones for the row sums, seen by the tensor cores */
         if (threadIdx.x < Cfg::ONES_BYTES / 4) {
@@ -426,10 +423,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
             fence_proxy_async_smem();
         }
     __syncthreads();
-    /* 16-bit: launched early (sm90_launch_instance), so nothing here reads
-     * or writes global memory before the kernel ahead in the stream is done
-     * (e4m3's V loader waits for its transpose instead: sm90_producer) */
-    if constexpr (!Cfg::FP8) grid_dependency_wait();
     /* broadcast from lane 0: the compiler then knows the warpgroup index (and
      * the shared-memory addresses made from it) to be warp-uniform, and keeps
      * the consumers' Q descriptors in uniform registers */

@@ -95,15 +95,15 @@ static inline int sm90_num_sms(int device) {
     return cached[device];
 }
 
-/* Launches a kernel that may start before the work ahead of it in the
- * stream has ended (programmatic stream serialisation): its CTAs take the
- * SMs as that work leaves them. The kernel must wait for that work
- * (grid_dependency_wait) before it reads or writes global memory; where it
- * lets the next such launch start early (grid_launch_dependents), back-to-
- * back kernels lose no launch gap. */
+/* Launches a kernel; with early set, one that may start before the work
+ * ahead of it in the stream has ended (programmatic stream serialisation):
+ * its CTAs take the SMs as that work leaves them. Such a kernel must wait
+ * for that work (grid_dependency_wait) before it reads what that work
+ * writes, and before it writes anything; where that work lets it start
+ * (grid_launch_dependents), no launch gap separates the two. */
 template <typename... Params, typename... Args>
-static inline cudaError_t sm90_launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                            cudaStream_t stream, Args... args) {
+static inline cudaError_t sm90_launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                             cudaStream_t stream, bool early, Args... args) {
     cudaLaunchConfig_t launch = {};
     launch.gridDim = grid;
     launch.blockDim = block;
@@ -113,7 +113,7 @@ static inline cudaError_t sm90_launch_early(void (*kernel)(Params...), dim3 grid
     early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     early_start.val.programmaticStreamSerializationAllowed = 1;
     launch.attrs = &early_start;
-    launch.numAttrs = 1;
+    launch.numAttrs = early ? 1 : 0;
     return cudaLaunchKernelEx(&launch, kernel, args...);
 }
 
