@@ -230,9 +230,10 @@ def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
 def test_cuda_chained_calls():
     """Calls queued back to back on one stream, each reading what the one
     before wrote: a forward's q is the last forward's output, a backward's
-    dout the last backward's dq. On Hopper each kernel may launch before the
-    one ahead of it has ended, and must wait for it before touching memory;
-    the calls are long enough (~0.3-1 ms) for the host to queue them ahead."""
+    dout the last backward's dq. On Hopper the backward's kernels may launch
+    before the one ahead of them has ended, and must wait for it before
+    touching memory; the calls are long enough (~0.3-1 ms) for the host to
+    queue them ahead."""
     from flashattn import _core
     dtype = torch.bfloat16
     _, k, v = make_qkv("cuda", dtype, B=1, sq=1, sk=4096, hq=32, hk=32, d=64)
