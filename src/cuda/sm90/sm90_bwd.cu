@@ -174,16 +174,17 @@ static fa_status bwd_run(const fa_problem *p, const fa_exec *x, const Sm90BwdPar
      * start at once and waits for the one before it, so no launch gap
      * separates them (docs/perf/sm90.md, item 110) */
     const int vec = p->Dv % 8 == 0 && bwd_view_aligned(&p->out) && bwd_view_aligned(&p->dout);
+    /* the companions: a warp per (row, head, batch), eight rows a CTA */
     const dim3 stat_grid((unsigned)((k.sq_pad + 7) / 8), (unsigned)p->Hq, (unsigned)p->B);
+    const dim3 dq_grid((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B);
+    const dim3 kv_grid((unsigned)((p->Sk + Cfg::BN - 1) / Cfg::BN), (unsigned)p->Hk, (unsigned)p->B);
     e = sm90_launch_kernel(sm90_bwd_preprocess<T>, stat_grid, dim3(256), 0, stream, true, *p, (float *)k.lse2,
                            (float *)k.delta, k.sq_pad, vec);
-    const unsigned n_blocks = (unsigned)((p->Sk + Cfg::BN - 1) / Cfg::BN);
     if (e == cudaSuccess)
-        e = sm90_launch_kernel(sm90_bwd_kernel<Cfg>, dim3(n_blocks, (unsigned)p->Hk, (unsigned)p->B),
-                               dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream, true, k);
+        e = sm90_launch_kernel(sm90_bwd_kernel<Cfg>, kv_grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream, true, k);
     if (e == cudaSuccess)
-        e = sm90_launch_kernel(sm90_bwd_convert<T>, dim3((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B),
-                               dim3(256), 0, stream, true, *p, (const float *)k.dq_accum, k.sq_pad, (int)Cfg::D);
+        e = sm90_launch_kernel(sm90_bwd_convert<T>, dq_grid, dim3(256), 0, stream, true, *p,
+                               (const float *)k.dq_accum, k.sq_pad, (int)Cfg::D);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 backward launch: %s", cudaGetErrorString(e));
     return FA_OK;
