@@ -49,6 +49,18 @@ static sm90_variant sm90_pick(const fa_problem *p) {
     }
 }
 
+/* Row-group packing (Sm90PackedRows): the three-consumer head-dim-64 kernel
+ * on 16-bit batched problems without a mask whose query rows are not a whole
+ * number of its 192-row tiles. Its tiles then count 64-row groups of all
+ * heads, which must stay in int (sm90_decode_packed). A tile spans at most
+ * two heads, so a head must have two groups at least (up to 64 rows the
+ * short-tile split takes them: sm90_short_split_plan). */
+static int sm90_packed_rows(const fa_problem *p) {
+    if (sm90_pick(p) != SM90_D64_M192 || p->dtype == FA_F8_E4M3 || p->has_mask || p->cu_seqlens_q) return 0;
+    const int64_t groups = (p->Sq + 63) / 64 * p->Hq * p->B;
+    return p->Sq > 64 && p->Sq % 192 != 0 && groups < ((int64_t)1 << 31) - 3;
+}
+
 /* A window bound (relative to the diagonal) within +-reach = Sq + Sk: past
  * that it hides the same keys, none or all (Sm90FwdParams::window_left). */
 static int sm90_clamp_window(int64_t w, int64_t reach) { return (int)(w < -reach ? -reach : w > reach ? reach : w); }
@@ -108,7 +120,9 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     const int64_t map_b = varlen ? 1 : p->B;
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
     const Sm90Shape shape = sm90_shape(sm90_pick(p));
-    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, shape.bm, shape.qk_box))
+    const int packed = sm90_packed_rows(p); /* then Q comes in a box per consumer */
+    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, packed ? 64 : shape.bm,
+                       shape.qk_box))
         return 0;
     if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
         return 0;
@@ -158,6 +172,9 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     k->paired = p->window_right < FA_UNBOUNDED;
     const int64_t heads = p->Hq * p->B, m = k->num_m_blocks;
     int64_t tiles = k->paired ? 2 * m * ((heads + 1) / 2) : m * heads;
+    k->packed_rows = packed;
+    k->rg_div = sm90_fastdiv((int)((p->Sq + 63) / 64));
+    if (packed) tiles = ((p->Sq + 63) / 64 * heads + 2) / 3; /* three row groups a tile */
     if (tiles >= ((int64_t)1 << 30)) return 0;
     k->num_tiles = (int)tiles;
     k->tail_first = k->num_tiles; /* no split tail unless fa_sm90_fwd plans one */
@@ -370,7 +387,8 @@ enum { SM90_SHORT_TENTHS = 7, SM90_SHORT_OVERHEAD_PCT = 3 };
 static void sm90_short_split_plan(const fa_problem *p, Sm90FwdParams *k, int sms) {
     const Sm90Shape shape = sm90_shape(sm90_pick(p));
     const int64_t rows_left = p->Sq % shape.bm;
-    if (!shape.short_split || k->paired || p->cu_seqlens_q || rows_left == 0 || rows_left > 64) return;
+    if (!shape.short_split || k->paired || k->packed_rows || p->cu_seqlens_q || rows_left == 0 || rows_left > 64)
+        return;
     if (p->Sk <= 2 * (int64_t)shape.bn) return; /* fewer blocks than consumers: nothing to split */
     const int64_t heads = p->Hq * p->B, whole = (k->num_m_blocks - 1) * heads;
     const int64_t G = k->num_tiles < sms ? k->num_tiles : sms;
@@ -500,6 +518,9 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     /* the split instance writes only the first 64 rows of each last query block */
     if (Cfg::SHORT_SPLIT && !k.short_split)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: short-tile split without its plan");
+    /* packed tiles and the others number their tiles differently */
+    if (Cfg::PACKED_ROWS != (k.packed_rows != 0))
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: row-group packing and the kernel disagree");
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
@@ -535,6 +556,8 @@ static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const 
                     return sm90_launch_instance<Sm90Varlen<Sm90Softcap<Cfg>>>(p, k, x);
             if (p->cu_seqlens_q) return sm90_launch_instance<Sm90Varlen<Cfg>>(p, k, x);
         }
+        if constexpr (Cfg::HAS_PACKED_ROWS && !Cfg::PACKED_ROWS)
+            if (k.packed_rows) return sm90_launch_instance<Sm90PackedRows<Cfg>>(p, k, x);
         if constexpr (Cfg::HAS_SHORT_SPLIT && !Cfg::SHORT_SPLIT)
             if (k.short_split) return sm90_launch_instance<Sm90ShortSplit<Cfg>>(p, k, x);
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)

@@ -87,6 +87,12 @@ struct Sm90FwdParams {
      * num_m_blocks - 1 per head (m_div_long). */
     int short_split, short_first;
     Sm90FastDiv m_div_long;
+    /* Packed row groups (Sm90PackedRows; only where packed_rows is 1, which
+     * launches that instance): tile t holds the 64-row groups 3t .. 3t + 2
+     * of all heads' groups laid end to end, rg_div.d groups a head, so no
+     * tile is short; a tile across two heads walks both heads' kv blocks. */
+    int packed_rows;
+    Sm90FastDiv rg_div;
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
@@ -294,6 +300,10 @@ struct Sm90FwdConfig {
      * Sm90ShortSplit (HAS_SHORT_SPLIT: this config has one). */
     static constexpr bool SHORT_SPLIT = false;
     static constexpr bool HAS_SHORT_SPLIT = CONSUMERS == 3 && D == 64 && !FP8;
+    /* Row groups of consecutive heads packed into whole tiles: the instance
+     * Sm90PackedRows (HAS_PACKED_ROWS: this config has one). */
+    static constexpr bool PACKED_ROWS = false;
+    static constexpr bool HAS_PACKED_ROWS = HAS_SHORT_SPLIT;
     static constexpr int MERGE_F4S = D / 8 + 1; /* float4s a thread leaves: O, then (max, max, sum, sum) */
     static constexpr int OFF_MERGE = 0;         /* (the merge buffer: Sm90ShortSplit) */
     /* A lagging max (sm90_softmax_max): the max that a row's P and O are
@@ -384,6 +394,25 @@ template <class Cfg> struct Sm90ShortSplit : Cfg {
                       !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN,
                   "the short-tile split is written for the three-consumer kernel");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
+};
+
+/* A config whose tiles are three 64-row groups of consecutive heads
+ * (Sm90FwdParams::packed_rows), for batched problems without masks. Where a
+ * head's rows are not a whole number of 192-row tiles (512 = 2 x 192 + 128)
+ * its last tile would leave a consumer without rows, and a tile's time is
+ * one consumer's chain per kv block, whatever the others do (docs/perf/
+ * sm90.md, item 55); packed, every consumer has rows. Each consumer decodes
+ * its own group (sm90_decode_packed). A tile across two heads is walked as
+ * both heads' kv blocks in turn in the ring (the first head's block n, the
+ * second's, then block n - 1 of each), each consumer reading every other
+ * ring position, so every consumer still takes one turn a kv block. Q
+ * comes as one 64-row box per consumer; no varlen code. */
+template <class Cfg> struct Sm90PackedRows : Cfg {
+    static constexpr bool PACKED_ROWS = true;
+    static constexpr bool VARLEN = false;
+    static_assert(Cfg::CONSUMERS == 3 && Cfg::P_BUFS == 1 && Cfg::SLABS == 1 && !Cfg::SPLIT_TAIL &&
+                      !Cfg::O_IN_RING && !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN && !Cfg::SHORT_SPLIT,
+                  "row-group packing is written for the three-consumer head-dim-64 kernel");
 };
 
 /* A config whose kernel runs varlen problems (see VARLEN_OWN_KERNEL). */

@@ -49,7 +49,7 @@
 template <class Cfg>
 __device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t, int wg, int tid, Sm90Tile *found) {
     for (; t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
-        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
+        Sm90Tile tile = sm90_decode_any<Cfg>(p, t, wg);
         if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi > tile.n_lo) {
             *found = tile;
@@ -138,7 +138,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
          * tile's first block for consumer c is its c-th (ring position
          * it + c). */
         auto issue_first_s = [&](uint32_t qb, uint32_t q_parity, bool split_tile) {
-            const uint32_t pos = it + (split_tile ? wg : 0);
+            uint32_t pos = it + (split_tile ? wg : 0);
+            if constexpr (Cfg::PACKED_ROWS) pos += sm90_ring_offset<Cfg>(tile);
             mbar_wait(&q_full[qb], q_parity);
             mbar_wait(&k_full[pos % Cfg::STAGES], (pos / Cfg::STAGES) & 1);
             named_bar_sync(my_turn, TURN_THREADS);
@@ -158,7 +159,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             wgmma_wait<0>();
             fence_regs<Cfg::D / 2>(O);
             if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
-            if (pv_in_flight && tid == 0) mbar_arrive(&v_empty[pv_stage]); /* (split tiles free theirs below) */
+            if (pv_in_flight && tid == 0) { /* (split tiles free theirs below) */
+                if constexpr (Cfg::PACKED_ROWS)
+                    sm90_release<Cfg>(&v_empty[pv_stage], false, sm90_ring_release<Cfg>(tile));
+                else
+                    mbar_arrive(&v_empty[pv_stage]);
+            }
         };
         /* The newest probabilities into P (and with P_SMEM into the buffer). */
         auto pack_p = [&]() {
@@ -182,20 +188,25 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
              * says the tile is split (cheaper than split_now()). */
             const int step = split_now() ? Cfg::CONSUMERS : 1;
             if (split_now()) it += wg;
+            /* Sm90PackedRows: this consumer's ring positions (step 2 where
+             * the tile holds two heads' blocks) and the arrivals it owes */
+            const int ring_step = Cfg::PACKED_ROWS ? sm90_ring_step<Cfg>(tile) : step;
+            const uint32_t release = sm90_ring_release<Cfg>(tile);
+            it += sm90_ring_offset<Cfg>(tile);
             /* This tile's first (highest) kv block: its S was issued in an
              * earlier turn; nothing to overlap with until the next turn. */
             int n = tile.n_hi - 1 - (split_now() ? wg : 0);
             uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
             wgmma_wait<0>();
             fence_regs<Cfg::BN / 2>(S);
-            sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, split_now());
+            sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, split_now(), release);
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
             sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
             if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
-            it += step;
+            it += ring_step;
             int o_started = 0;
             /* two P buffers: the one holding the newest P (a variable of its own:
              * deriving it from the block count made the split-tail kernel spill) */
@@ -246,7 +257,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 prev_parity = ((it - 1) / Cfg::STAGES) & 1;
                 pv_stage = (it - 2) % Cfg::STAGES;
             } else { /* one P buffer: the single-buffer kernels' code, unchanged (their SASS too) */
-                for (n = tile.n_hi - 1 - (split_now() ? wg : 0) - step; n >= tile.n_lo; n -= step, it += step) {
+                for (n = tile.n_hi - 1 - (split_now() ? wg : 0) - step; n >= tile.n_lo; n -= step, it += ring_step) {
                     stage = it % Cfg::STAGES;
                     parity = (it / Cfg::STAGES) & 1;
                     mbar_wait(&k_full[stage], parity);
@@ -262,7 +273,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     named_bar_arrive(next_turn, TURN_THREADS);
                     wgmma_wait<1>(); /* S done; P V may still run */
                     fence_regs<Cfg::BN / 2>(S);
-                    sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, step > 1);
+                    sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, step > 1, release);
                     /* A split tile (as many stages as consumers): all of this
                      * consumer's blocks share one stage, so its next V loads
                      * only once this P V has read the last; the P V is waited
@@ -282,6 +293,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 }
             }
 
+            /* Sm90PackedRows: back to the tile's first position past its blocks */
+            it -= sm90_ring_offset<Cfg>(tile);
             if (split_now()) {
                 /* past every block of the tile, as the other consumers are: the
                  * loop left n three below this consumer's last block, at
@@ -313,9 +326,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             mbar_wait(&v_full[prev_stage], prev_parity);
             if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
             if constexpr (Cfg::P_BUFS == 2) retire_pv(pv_stage, o_started); /* the last turn's P V */
+            /* the ring position of the next tile's first S (this consumer's) */
+            const uint32_t next_it = it + (Cfg::PACKED_ROWS && t_next < p.num_tiles ? sm90_ring_offset<Cfg>(next_tile) : 0);
             if (Cfg::JOIN && t_next < p.num_tiles) {
                 mbar_wait(&q_full[next_qb], next_q_parity);
-                mbar_wait(&k_full[it % Cfg::STAGES], (it / Cfg::STAGES) & 1);
+                mbar_wait(&k_full[next_it % Cfg::STAGES], (next_it / Cfg::STAGES) & 1);
             }
             named_bar_sync(my_turn, TURN_THREADS);
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale, L);
@@ -327,7 +342,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             else
                 sm90_issue_pv<Cfg>(O, P[0], p_desc, last_v, o_started, L, ones_desc);
             if constexpr (Cfg::JOIN)
-                sm90_issue_qk<Cfg>(S, q_buffer(next_qb, false), k_ring.shifted((it % Cfg::STAGES) * Cfg::KV_BYTES));
+                sm90_issue_qk<Cfg>(S, q_buffer(next_qb, false), k_ring.shifted((next_it % Cfg::STAGES) * Cfg::KV_BYTES));
             named_bar_arrive(next_turn, TURN_THREADS);
             /* without JOIN: find the next tile while the last P V runs */
             if constexpr (!Cfg::JOIN)
@@ -355,7 +370,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 stage_empty = wg == 0 ? &k_empty[prev_stage] : &v_empty[prev_stage];
                 if (wg == 0) named_bar_arrive(BAR_V_READ, 256); /* consumer 1 may now use the V stage */
             }
-            if (tid == 0 && !(Cfg::O_IN_RING && wg == 1)) sm90_release<Cfg>(&v_empty[prev_stage], split_now());
+            if (tid == 0 && !(Cfg::O_IN_RING && wg == 1))
+                sm90_release<Cfg>(&v_empty[prev_stage], split_now(), sm90_ring_release<Cfg>(tile));
 
             /* A split tile is written by consumer 0, once it has merged the
              * others' parts into its own. */

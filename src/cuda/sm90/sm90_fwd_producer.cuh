@@ -14,6 +14,46 @@
  * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). */
 enum { LOAD_Q_K = 0, LOAD_V = 1 };
 
+/* One packed tile's loads (Sm90PackedRows, see sm90_decode_packed): Q as
+ * one 64-row box per consumer, at that consumer's rows of the buffer; each
+ * kv block of the tile's first head, and where the tile holds two heads
+ * the same block of the second right after it. first: consumer 0's view;
+ * it, tile_iter: the ring and Q buffer positions, advanced here. */
+template <class Cfg, int ROLE>
+__device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int t,
+                                                    const Sm90Tile &first, uint32_t &it, uint32_t &tile_iter) {
+    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
+    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
+    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
+    const Sm90Tile last = sm90_decode_packed<Cfg>(p, t, Cfg::CONSUMERS - 1);
+    const int heads = sm90_ring_step<Cfg>(last); /* 2: the last consumer's group is in the next head */
+    if constexpr (ROLE == LOAD_Q_K) {
+        const uint32_t qb = tile_iter % Cfg::Q_BUFS;
+        mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
+        mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
+        for (int c = 0; c < Cfg::CONSUMERS; ++c) {
+            const Sm90Tile g = sm90_decode_packed<Cfg>(p, t, c);
+            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + c * 64 * Cfg::QK_SW, &p.tm_q, &q_full[qb], 0,
+                        g.m_block * 64, g.head, g.seq.map_b);
+        }
+    }
+    const int kv_head0 = first.head / p.q_per_kv, kv_head1 = last.head / p.q_per_kv;
+#pragma unroll 1
+    for (int n = first.n_hi - 1; n >= first.n_lo; --n) {
+#pragma unroll 1
+        for (int h = 0; h < heads; ++h, ++it) {
+            const int kv_head = h ? kv_head1 : kv_head0, map_b = h ? last.seq.map_b : first.seq.map_b;
+            const uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
+            uint64_t *full = ROLE == LOAD_Q_K ? &k_full[stage] : &v_full[stage];
+            mbar_wait(ROLE == LOAD_Q_K ? &k_empty[stage] : &v_empty[stage], parity);
+            mbar_arrive_expect_tx(full, Cfg::KV_BYTES);
+            tma_load_4d(smem + (ROLE == LOAD_Q_K ? Cfg::OFF_K : Cfg::OFF_V) + stage * Cfg::KV_BYTES,
+                        ROLE == LOAD_Q_K ? &p.tm_k : &p.tm_v, full, 0, n * Cfg::BN, kv_head, map_b);
+        }
+    }
+    ++tile_iter;
+}
+
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
@@ -32,50 +72,54 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
     }
     uint32_t it = 0, tile_iter = 0;
     for (int t = sm90_first_tile<Cfg>(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
-        Sm90Tile tile = sm90_decode_tile<Cfg>(p, t);
+        Sm90Tile tile = sm90_decode_any<Cfg>(p, t, 0);
         if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
         int kv_head = tile.head / p.q_per_kv;
-        /* A fresh barrier counts as having completed the phase before phase 0,
-         * so the first wait on an "empty" barrier uses parity 1 and passes. */
-        if constexpr (ROLE == LOAD_Q_K) {
-            const uint32_t qb = tile_iter % Cfg::Q_BUFS;
-            mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
-            mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
-            for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
-                            s * Cfg::BOX_COLS, tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.seq.map_b);
-        }
-        /* Varlen: a block straddling the sequence end also loads the next
-         * sequence's first keys (or zeros past the tensor); the consumers mask
-         * them, and their V rows meet P = 0. Not unrolled: the producer has
-         * only PRODUCER_REGS registers. */
-#pragma unroll 1
-        for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
-            uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
+        if constexpr (Cfg::PACKED_ROWS) {
+            sm90_produce_packed<Cfg, ROLE>(p, smem, bars, t, tile, it, tile_iter);
+        } else {
+            /* A fresh barrier counts as having completed the phase before phase 0,
+             * so the first wait on an "empty" barrier uses parity 1 and passes. */
             if constexpr (ROLE == LOAD_Q_K) {
-                mbar_wait(&k_empty[stage], parity);
-                mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
-                uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
+                const uint32_t qb = tile_iter % Cfg::Q_BUFS;
+                mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
+                mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
                 for (int s = 0; s < Cfg::SLABS; ++s)
-                    tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
-                                tile.seq.k_row0 + n * Cfg::BN, kv_head, tile.seq.map_b);
-            } else {
-                mbar_wait(&v_empty[stage], parity);
-                mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
-                uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
-                if constexpr (Cfg::FP8) { /* V^T: D head-dim rows of BN keys, VT_SLAB_KEYS per slab */
-                    for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
-                        tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage],
-                                    n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, tile.seq.map_b);
-                } else {
+                    tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
+                                s * Cfg::BOX_COLS, tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.seq.map_b);
+            }
+            /* Varlen: a block straddling the sequence end also loads the next
+             * sequence's first keys (or zeros past the tensor); the consumers mask
+             * them, and their V rows meet P = 0. Not unrolled: the producer has
+             * only PRODUCER_REGS registers. */
+    #pragma unroll 1
+            for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
+                uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
+                if constexpr (ROLE == LOAD_Q_K) {
+                    mbar_wait(&k_empty[stage], parity);
+                    mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
+                    uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
                     for (int s = 0; s < Cfg::SLABS; ++s)
-                        tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64,
+                        tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
                                     tile.seq.k_row0 + n * Cfg::BN, kv_head, tile.seq.map_b);
+                } else {
+                    mbar_wait(&v_empty[stage], parity);
+                    mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
+                    uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
+                    if constexpr (Cfg::FP8) { /* V^T: D head-dim rows of BN keys, VT_SLAB_KEYS per slab */
+                        for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
+                            tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage],
+                                        n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, tile.seq.map_b);
+                    } else {
+                        for (int s = 0; s < Cfg::SLABS; ++s)
+                            tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64,
+                                        tile.seq.k_row0 + n * Cfg::BN, kv_head, tile.seq.map_b);
+                    }
                 }
             }
+            ++tile_iter;
         }
-        ++tile_iter;
     }
 }
 

@@ -15,6 +15,9 @@ struct Sm90Tile {
     int m_block, head, batch;
     Sm90Seq seq; /* here, not first: the kernels' SASS is then the one measured (first changes it) */
     int n_lo, n_hi; /* kv blocks [n_lo, n_hi) hold every visible key */
+    /* Sm90PackedRows: how this consumer walks the tile's ring positions
+     * (sm90_ring_offset, sm90_ring_step, sm90_ring_release) */
+    int ring;
 };
 
 /* Tiles that do not exist are skipped by every warpgroup alike: one past the
@@ -152,6 +155,64 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
 }
 
 
+/* Packed tile t (Sm90PackedRows) as consumer wg sees it: its 64-row group
+ * (m_block counts groups here), that group's head, and where its kv blocks
+ * lie in the ring. The tile's groups are 3t .. 3t + 2 of all heads' groups
+ * laid end to end; the first `in_first` of them are in the first group's
+ * head. If the tile runs into the next head, the ring holds each kv block
+ * of both heads in turn, and a consumer reads every other position, from
+ * its head's first (ring offset 0 or 1, step 2). Otherwise (step 1) every
+ * consumer reads every position; after the last head's last group the
+ * remaining consumers take groups past the sequence's end, whose rows TMA
+ * reads as zeros and whose stores it clips, as in a short tile. A ring
+ * stage is free once each of its readers has arrived: the first reader of
+ * each head arrives for the consumers that do not read it. No masks: every
+ * group sees every key. */
+template <class Cfg>
+__device__ __forceinline__ Sm90Tile sm90_decode_packed(const Sm90FwdParams &p, int t, int wg) {
+    int hb0;
+    const int rg0 = sm90_divmod(Cfg::CONSUMERS * t, p.rg_div, &hb0);
+    const int in_first = min(Cfg::CONSUMERS, p.rg_div.d - rg0);
+    const bool two = in_first < Cfg::CONSUMERS && hb0 + 1 < p.hq * p.batch; /* the tile spans two heads */
+    const bool second = two && wg >= in_first;                              /* this consumer's group: the next head's */
+    const int readers = second ? Cfg::CONSUMERS - in_first : two ? in_first : Cfg::CONSUMERS;
+    const bool first_reader = wg == (second ? in_first : 0);
+    Sm90Tile tile;
+    tile.m_block = second ? wg - in_first : rg0 + wg;
+    tile.head = sm90_divmod(hb0 + second, p.h_div, &tile.batch);
+    tile.seq = sm90_seq(p, false, tile.batch);
+    tile.n_lo = 0;
+    tile.n_hi = (p.sk + Cfg::BN - 1) / Cfg::BN;
+    /* bit 0: ring offset, bits 1-2: ring step, bits 3-4: arrivals on a stage it frees */
+    tile.ring = (int)second | (two ? 2 : 1) << 1 | (first_reader ? Cfg::CONSUMERS + 1 - readers : 1) << 3;
+    return tile;
+}
+
+/* Tile t as consumer wg sees it, in either numbering. */
+template <class Cfg> __device__ __forceinline__ Sm90Tile sm90_decode_any(const Sm90FwdParams &p, int t, int wg) {
+    if constexpr (Cfg::PACKED_ROWS) return sm90_decode_packed<Cfg>(p, t, wg);
+    return sm90_decode_tile<Cfg>(p, t);
+}
+
+template <class Cfg> __device__ __forceinline__ int sm90_ring_offset(const Sm90Tile &t) {
+    if constexpr (Cfg::PACKED_ROWS) return t.ring & 1;
+    return 0;
+}
+template <class Cfg> __device__ __forceinline__ int sm90_ring_step(const Sm90Tile &t) {
+    if constexpr (Cfg::PACKED_ROWS) return (t.ring >> 1) & 3;
+    return 1;
+}
+template <class Cfg> __device__ __forceinline__ uint32_t sm90_ring_release(const Sm90Tile &t) {
+    if constexpr (Cfg::PACKED_ROWS) return (uint32_t)t.ring >> 3;
+    return 1;
+}
+
+/* The first query row (within the sequence) of consumer wg's 64 in a tile. */
+template <class Cfg> __device__ __forceinline__ int sm90_wg_row0(const Sm90Tile &tile, int wg) {
+    if constexpr (Cfg::PACKED_ROWS) return tile.m_block * 64; /* m_block: the consumer's own group */
+    return tile.m_block * Cfg::BM + wg * 64;
+}
+
 /* Whether the consumers split tile t's kv blocks (Sm90ShortSplit): a short
  * last query block (the host enables the instance only where that block
  * holds at most 64 rows) with a block for each consumer. */
@@ -167,7 +228,7 @@ __device__ __forceinline__ int sm90_row_in_wg(int tid) { return (tid / 32) * 16 
 /* The same row within the tile's sequence. */
 template <class Cfg>
 __device__ __forceinline__ int sm90_first_row(const Sm90Tile &tile, int wg, int tid) {
-    return tile.m_block * Cfg::BM + wg * 64 + sm90_row_in_wg(tid);
+    return sm90_wg_row0<Cfg>(tile, wg) + sm90_row_in_wg(tid);
 }
 
 #endif /* FA_SM90_FWD_SCHEDULE_CUH */

@@ -279,9 +279,12 @@ __device__ __forceinline__ void sm90_rescale_o(float *O, const float *rescale, f
 
 /* One consumer's arrival on a stage's "empty" barrier, or with for_all
  * (a block that only this consumer reads: Sm90ShortSplit) every consumer's. */
-template <class Cfg> __device__ __forceinline__ void sm90_release(uint64_t *empty, bool for_all) {
+template <class Cfg>
+__device__ __forceinline__ void sm90_release(uint64_t *empty, bool for_all, uint32_t packed_count = 1) {
     if (for_all)
         mbar_arrive_cnt(empty, Cfg::CONSUMERS);
+    else if (Cfg::PACKED_ROWS) /* Sm90PackedRows: also for the consumers that do not read this stage */
+        mbar_arrive_cnt(empty, packed_count);
     else
         mbar_arrive(empty);
 }
@@ -290,8 +293,8 @@ template <class Cfg> __device__ __forceinline__ void sm90_release(uint64_t *empt
  * consumer 0 keeps the tile's last K stage for its O (see the epilogue). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_free_k_stage(uint64_t *k_empty, bool last_block, int wg, int tid,
-                                                  bool for_all = false) {
-    if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && last_block)) sm90_release<Cfg>(k_empty, for_all);
+                                                  bool for_all = false, uint32_t packed_count = 1) {
+    if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && last_block)) sm90_release<Cfg>(k_empty, for_all, packed_count);
 }
 
 /* Two floats to two e4m3 bytes, lo in the low byte (saturating to +-448). */
