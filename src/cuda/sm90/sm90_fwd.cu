@@ -54,11 +54,18 @@ static sm90_variant sm90_pick(const fa_problem *p) {
  * number of its 192-row tiles. Its tiles then count 64-row groups of all
  * heads, which must stay in int (sm90_decode_packed). A tile spans at most
  * two heads, so a head must have two groups at least (up to 64 rows the
- * short-tile split takes them: sm90_short_split_plan). */
+ * short-tile split takes them: sm90_short_split_plan). Taken where it cuts
+ * a head's tiles (a short one counted whole) by SM90_PACK_MIN_SAVED_PCT %
+ * or more: the instance costs ~2% beside the plain one, so at 8k and 16k
+ * (-0.8% of the tiles) it lost 1-2%, at 2k and 4k (-3%) it gained 1.3-1.4%
+ * and at 512 and 1k (-11%) 8% (docs/perf/sm90.md, item 114). */
+enum { SM90_PACK_MIN_SAVED_PCT = 2 };
+
 static int sm90_packed_rows(const fa_problem *p) {
     if (sm90_pick(p) != SM90_D64_M192 || p->dtype == FA_F8_E4M3 || p->has_mask || p->cu_seqlens_q) return 0;
-    const int64_t groups = (p->Sq + 63) / 64 * p->Hq * p->B;
-    return p->Sq > 64 && p->Sq % 192 != 0 && groups < ((int64_t)1 << 31) - 3;
+    const int64_t groups_per_head = (p->Sq + 63) / 64, tiles_per_head = (p->Sq + 191) / 192;
+    if (p->Sq <= 64 || groups_per_head * 100 > 3 * tiles_per_head * (100 - SM90_PACK_MIN_SAVED_PCT)) return 0;
+    return groups_per_head * p->Hq * p->B < ((int64_t)1 << 31) - 3;
 }
 
 /* A window bound (relative to the diagonal) within +-reach = Sq + Sk: past

@@ -409,6 +409,9 @@ template <class Cfg> struct Sm90ShortSplit : Cfg {
  * comes as one 64-row box per consumer; no varlen code. */
 template <class Cfg> struct Sm90PackedRows : Cfg {
     static constexpr bool PACKED_ROWS = true;
+    /* each consumer's rows are a tile of their own (sm90_decode_packed);
+     * the plan (Q_BYTES: the three groups' buffer) stays the base's */
+    static constexpr int BM = 64;
     static constexpr bool VARLEN = false;
     static_assert(Cfg::CONSUMERS == 3 && Cfg::P_BUFS == 1 && Cfg::SLABS == 1 && !Cfg::SPLIT_TAIL &&
                       !Cfg::O_IN_RING && !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN && !Cfg::SHORT_SPLIT,

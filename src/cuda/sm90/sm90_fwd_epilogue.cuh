@@ -19,7 +19,7 @@ __device__ __forceinline__ uint8_t *sm90_out_row(const Sm90FwdParams &p, const S
 template <class Cfg>
 __device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, const Sm90Tile &t, int wg, int tid) {
     const int chunks = p.head_dim / 8; /* 16-byte chunks per row */
-    int row0 = sm90_wg_row0<Cfg>(t, wg);
+    int row0 = t.m_block * Cfg::BM + wg * 64;
     for (int c = tid; c < 64 * chunks; c += 128) {
         int r = row0 + c / chunks;
         if (r >= t.seq.seq_q) continue;
@@ -168,7 +168,7 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
                     pack2<elem16_t<Cfg::BF16>>(o[6] * inv[1], o[7] * inv[1]));
     }
     fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
-    const int wg_row0 = sm90_wg_row0<Cfg>(tile, wg), wg_rows = min(64, tile.seq.seq_q - wg_row0);
+    const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq.seq_q - wg_row0);
     const bool by_rows = Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64;
     if constexpr (Cfg::STORE_THREAD) {
         if (!by_rows) {

@@ -190,9 +190,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if (split_now()) it += wg;
             /* Sm90PackedRows: this consumer's ring positions (step 2 where
              * the tile holds two heads' blocks) and the arrivals it owes */
-            const int ring_step = Cfg::PACKED_ROWS ? sm90_ring_step<Cfg>(tile) : step;
-            const uint32_t release = sm90_ring_release<Cfg>(tile);
-            it += sm90_ring_offset<Cfg>(tile);
+            int ring_step = step;
+            uint32_t release = 1;
+            if constexpr (Cfg::PACKED_ROWS) {
+                ring_step = sm90_ring_step<Cfg>(tile);
+                release = sm90_ring_release<Cfg>(tile);
+                it += sm90_ring_offset<Cfg>(tile);
+            }
             /* This tile's first (highest) kv block: its S was issued in an
              * earlier turn; nothing to overlap with until the next turn. */
             int n = tile.n_hi - 1 - (split_now() ? wg : 0);
@@ -294,7 +298,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             }
 
             /* Sm90PackedRows: back to the tile's first position past its blocks */
-            it -= sm90_ring_offset<Cfg>(tile);
+            if constexpr (Cfg::PACKED_ROWS) it -= sm90_ring_offset<Cfg>(tile);
             if (split_now()) {
                 /* past every block of the tile, as the other consumers are: the
                  * loop left n three below this consumer's last block, at

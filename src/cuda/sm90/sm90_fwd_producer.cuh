@@ -34,7 +34,7 @@ __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint
         for (int c = 0; c < Cfg::CONSUMERS; ++c) {
             const Sm90Tile g = sm90_decode_packed<Cfg>(p, t, c);
             tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + c * 64 * Cfg::QK_SW, &p.tm_q, &q_full[qb], 0,
-                        g.m_block * 64, g.head, g.seq.map_b);
+                        (g.m_block + c) * 64, g.head, g.seq.map_b);
         }
     }
     const int kv_head0 = first.head / p.q_per_kv, kv_head1 = last.head / p.q_per_kv;

@@ -155,9 +155,10 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
 }
 
 
-/* Packed tile t (Sm90PackedRows) as consumer wg sees it: its 64-row group
- * (m_block counts groups here), that group's head, and where its kv blocks
- * lie in the ring. The tile's groups are 3t .. 3t + 2 of all heads' groups
+/* Packed tile t (Sm90PackedRows) as consumer wg sees it: its 64-row group,
+ * that group's head, and where its kv blocks lie in the ring. There BM is
+ * 64, so that the rows m_block * BM + wg * 64 on (sm90_first_row) are the
+ * group's: m_block is the group's index in its head less wg. The tile's groups are 3t .. 3t + 2 of all heads' groups
  * laid end to end; the first `in_first` of them are in the first group's
  * head. If the tile runs into the next head, the ring holds each kv block
  * of both heads in turn, and a consumer reads every other position, from
@@ -178,7 +179,7 @@ __device__ __forceinline__ Sm90Tile sm90_decode_packed(const Sm90FwdParams &p, i
     const int readers = second ? Cfg::CONSUMERS - in_first : two ? in_first : Cfg::CONSUMERS;
     const bool first_reader = wg == (second ? in_first : 0);
     Sm90Tile tile;
-    tile.m_block = second ? wg - in_first : rg0 + wg;
+    tile.m_block = second ? -in_first : rg0; /* the group (rg0 + wg, or wg - in_first) less wg */
     tile.head = sm90_divmod(hb0 + second, p.h_div, &tile.batch);
     tile.seq = sm90_seq(p, false, tile.batch);
     tile.n_lo = 0;
@@ -207,12 +208,6 @@ template <class Cfg> __device__ __forceinline__ uint32_t sm90_ring_release(const
     return 1;
 }
 
-/* The first query row (within the sequence) of consumer wg's 64 in a tile. */
-template <class Cfg> __device__ __forceinline__ int sm90_wg_row0(const Sm90Tile &tile, int wg) {
-    if constexpr (Cfg::PACKED_ROWS) return tile.m_block * 64; /* m_block: the consumer's own group */
-    return tile.m_block * Cfg::BM + wg * 64;
-}
-
 /* Whether the consumers split tile t's kv blocks (Sm90ShortSplit): a short
  * last query block (the host enables the instance only where that block
  * holds at most 64 rows) with a block for each consumer. */
@@ -228,7 +223,7 @@ __device__ __forceinline__ int sm90_row_in_wg(int tid) { return (tid / 32) * 16 
 /* The same row within the tile's sequence. */
 template <class Cfg>
 __device__ __forceinline__ int sm90_first_row(const Sm90Tile &tile, int wg, int tid) {
-    return sm90_wg_row0<Cfg>(tile, wg) + sm90_row_in_wg(tid);
+    return tile.m_block * Cfg::BM + wg * 64 + sm90_row_in_wg(tid);
 }
 
 #endif /* FA_SM90_FWD_SCHEDULE_CUH */
