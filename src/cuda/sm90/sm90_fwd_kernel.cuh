@@ -331,7 +331,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if (Cfg::LATE_PV_RETIRE) retire_pv_and_pack(pv_stage, o_started);
             if constexpr (Cfg::P_BUFS == 2) retire_pv(pv_stage, o_started); /* the last turn's P V */
             /* the ring position of the next tile's first S (this consumer's) */
-            const uint32_t next_it = it + (Cfg::PACKED_ROWS && t_next < p.num_tiles ? sm90_ring_offset<Cfg>(next_tile) : 0);
+            const uint32_t next_it =
+                it + (Cfg::PACKED_ROWS && t_next < p.num_tiles ? sm90_ring_offset<Cfg>(next_tile) : 0);
             if (Cfg::JOIN && t_next < p.num_tiles) {
                 mbar_wait(&q_full[next_qb], next_q_parity);
                 mbar_wait(&k_full[next_it % Cfg::STAGES], (next_it / Cfg::STAGES) & 1);
@@ -346,7 +347,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             else
                 sm90_issue_pv<Cfg>(O, P[0], p_desc, last_v, o_started, L, ones_desc);
             if constexpr (Cfg::JOIN)
-                sm90_issue_qk<Cfg>(S, q_buffer(next_qb, false), k_ring.shifted((next_it % Cfg::STAGES) * Cfg::KV_BYTES));
+                sm90_issue_qk<Cfg>(S, q_buffer(next_qb, false),
+                                   k_ring.shifted((next_it % Cfg::STAGES) * Cfg::KV_BYTES));
             named_bar_arrive(next_turn, TURN_THREADS);
             /* without JOIN: find the next tile while the last P V runs */
             if constexpr (!Cfg::JOIN)

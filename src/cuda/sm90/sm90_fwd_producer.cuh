@@ -93,7 +93,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
              * sequence's first keys (or zeros past the tensor); the consumers mask
              * them, and their V rows meet P = 0. Not unrolled: the producer has
              * only PRODUCER_REGS registers. */
-    #pragma unroll 1
+#pragma unroll 1
             for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
                 uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
                 if constexpr (ROLE == LOAD_Q_K) {
