@@ -334,6 +334,8 @@ static int check_all(bool small, bool varlen_only) {
         cases.push_back({1, 50, 385, 2, 1, 64, 0, 0, -1, -1, 20.f, false, 3.f, 8}); /* a short tile split */
         cases.push_back({1, 2200, 2200, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0}); /* paired, 88-row tile */
         cases.push_back({1, 64, 400, 300, 100, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tiles in a row */
+        cases.push_back({3, 200, 300, 6, 2, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* row groups packed across heads */
+        cases.push_back({1, 200, 130, 5, 5, 64, 0, 0, -1, -1, 0.f, false, 1.f, 0}); /* packed, a last tile short of groups */
         int fails = 0;
         for (const Case &c : cases) fails += run_case(c);
         return fails != 0;
