@@ -56,9 +56,9 @@ static sm90_variant sm90_pick(const fa_problem *p) {
  * two heads, so a head must have two groups at least (up to 64 rows the
  * short-tile split takes them: sm90_short_split_plan). Taken where it cuts
  * a head's tiles (a short one counted whole) by SM90_PACK_MIN_SAVED_PCT %
- * or more: the instance costs ~2% beside the plain one, so at 8k and 16k
- * (-0.8% of the tiles) it lost 1-2%, at 2k and 4k (-3%) it measured level
- * and at 512 and 1k (-11%) it gained 7-8% (docs/perf/sm90.md, item 114). */
+ * or more: at 512 and 1k (-11%) it gained 7-8%, at 2k and 4k (-3%) it
+ * measured level, at 8k and 16k (-0.8%) 1-2% slower, about the A/B's own
+ * spread (docs/perf/sm90.md, item 114). */
 enum { SM90_PACK_MIN_SAVED_PCT = 5 };
 
 static int sm90_packed_rows(const fa_problem *p) {
