@@ -180,8 +180,10 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     const int64_t heads = p->Hq * p->B, m = k->num_m_blocks;
     int64_t tiles = k->paired ? 2 * m * ((heads + 1) / 2) : m * heads;
     k->packed_rows = packed;
-    k->rg_div = sm90_fastdiv((int)((p->Sq + 63) / 64));
-    if (packed) tiles = ((p->Sq + 63) / 64 * heads + 2) / 3; /* three row groups a tile */
+    if (packed) { /* three row groups a tile */
+        k->rg_div = sm90_fastdiv((int)((p->Sq + 63) / 64));
+        tiles = ((p->Sq + 63) / 64 * heads + 2) / 3;
+    }
     if (tiles >= ((int64_t)1 << 30)) return 0;
     k->num_tiles = (int)tiles;
     k->tail_first = k->num_tiles; /* no split tail unless fa_sm90_fwd plans one */

@@ -75,10 +75,10 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         Sm90Tile tile = sm90_decode_any<Cfg>(p, t, 0);
         if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
-        int kv_head = tile.head / p.q_per_kv;
         if constexpr (Cfg::PACKED_ROWS) {
             sm90_produce_packed<Cfg, ROLE>(p, smem, bars, t, tile, it, tile_iter);
         } else {
+            const int kv_head = tile.head / p.q_per_kv;
             /* A fresh barrier counts as having completed the phase before phase 0,
              * so the first wait on an "empty" barrier uses parity 1 and passes. */
             if constexpr (ROLE == LOAD_Q_K) {

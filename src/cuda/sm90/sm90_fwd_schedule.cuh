@@ -158,9 +158,9 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
 /* Packed tile t (Sm90PackedRows) as consumer wg sees it: its 64-row group,
  * that group's head, and where its kv blocks lie in the ring. There BM is
  * 64, so that the rows m_block * BM + wg * 64 on (sm90_first_row) are the
- * group's: m_block is the group's index in its head less wg. The tile's groups are 3t .. 3t + 2 of all heads' groups
- * laid end to end; the first `in_first` of them are in the first group's
- * head. If the tile runs into the next head, the ring holds each kv block
+ * group's: m_block is the group's index in its head less wg. The tile's
+ * groups are 3t .. 3t + 2 of all heads' groups laid end to end; the first
+ * `in_first` of them are in the first group's head. If the tile runs into the next head, the ring holds each kv block
  * of both heads in turn, and a consumer reads every other position, from
  * its head's first (ring offset 0 or 1, step 2). Otherwise (step 1) every
  * consumer reads every position; after the last head's last group the
