@@ -513,6 +513,15 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
     }
 }
 
+/* The rows that start their kv blocks together: a tile's, or with TOP_SKIP
+ * each consumer's 64 (consumer 0 then starts at its own highest block), so
+ * that the instance without the steady loop's masks takes every problem
+ * where only each such group's highest block hides a key: with TOP_SKIP
+ * at head dim 256 every causal problem with Sq = Sk. */
+template <class Cfg> static constexpr int64_t sm90_mask_rows() {
+    return Cfg::TOP_SKIP && SM90_EXP_CAUSAL_UNMASKED ? 64 : Cfg::BM;
+}
+
 template <class Cfg>
 static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     /* an instance without the softcap's code would ignore it, one without
@@ -520,7 +529,7 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
      * would leave rows unwritten: only sm90_launch picks */
     if (!Cfg::SOFTCAP && k.softcap_pre != 0.f)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: softcap given to a kernel compiled without it");
-    if (!Cfg::STEADY_MASKS && !fa_only_top_block_masked(p, Cfg::BM, Cfg::BN))
+    if (!Cfg::STEADY_MASKS && !fa_only_top_block_masked(p, sm90_mask_rows<Cfg>(), Cfg::BN))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a masked problem given to a kernel without masks");
     if (!Cfg::VARLEN && p->cu_seqlens_q)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: a varlen problem given to a kernel without varlen");
@@ -572,7 +581,7 @@ static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const 
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
             if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
         if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
-            if (fa_only_top_block_masked(p, Cfg::BM, Cfg::BN))
+            if (fa_only_top_block_masked(p, sm90_mask_rows<Cfg>(), Cfg::BN))
                 return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x);
         return sm90_launch_instance<Cfg>(p, k, x);
     }

@@ -95,6 +95,16 @@ struct Sm90FwdParams {
     Sm90FastDiv rg_div;
 };
 
+#ifndef SM90_EXP_O0BUF
+#define SM90_EXP_O0BUF 1
+#endif
+#ifndef SM90_EXP_TOPSKIP
+#define SM90_EXP_TOPSKIP 1
+#endif
+#ifndef SM90_EXP_CAUSAL_UNMASKED
+#define SM90_EXP_CAUSAL_UNMASKED 1
+#endif
+
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
  * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
  * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), the block
@@ -157,8 +167,29 @@ struct Sm90FwdConfig {
     static constexpr bool O_IN_RING = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
     static_assert(!O_IN_RING || (CONSUMERS == 2 && STAGES >= 2 && BN == 64 && 64 * D * 2 == KV_BYTES),
                   "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
-    static constexpr int O_STAGE_BYTES = O_IN_RING ? 0 : O_BYTES;
+    /* With O staged in the ring, consumer 0 stages its 64 rows in a buffer
+     * of its own where the plan has room for one (head dim 256: 32 KB
+     * beside one Q buffer and two stages). Its store then holds no stage,
+     * and the next tile's second K load (the stage of this tile's last
+     * block) goes out once both consumers' last S is done instead of once
+     * consumer 0's store has read its rows; consumer 0's first S there
+     * needs it right away when it skips the tile's top block (TOP_SKIP).
+     * Laid out as a K stage (O_SLAB_STRIDE apart). */
+    static constexpr bool O0_OWN_BUF =
+        O_IN_RING && SM90_EXP_O0BUF && !SPLIT_TAIL_ &&
+        sm90_fwd_smem_bytes(1, Q_BYTES, STAGES, KV_BYTES, 64 * D * 2, 0, 0, 256) <= 227 * 1024;
+    static constexpr int O_STAGE_BYTES = O_IN_RING ? (O0_OWN_BUF ? 64 * D * 2 : 0) : O_BYTES;
     static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : BM * 128; /* bytes between staged O's slabs */
+    /* Consumer 0 skips the tile's highest kv block where its rows see none
+     * of its keys (sm90_top_skip): with 128-row tiles of 64-key blocks
+     * (head dim 256) under a causal mask, that is the tile's first block,
+     * half of the diagonal. It then passes its first turn of the tile
+     * (so the rounds stay in step and both consumers read each block in
+     * consecutive turns), arrives for the skipped stage (which only
+     * consumer 1 reads) and starts a ring position later: the tensor cores
+     * run one S and one P V less a tile. Not in the split-tail kernels,
+     * which run only problems without a causal mask or window. */
+    static constexpr bool TOP_SKIP = SM90_EXP_TOPSKIP && D == 256 && !FP8 && CONSUMERS == 2 && !SPLIT_TAIL_;
     /* Two Q buffers where they fit: the next tile's Q loads while this tile
      * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
      * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
@@ -328,7 +359,7 @@ struct Sm90FwdConfig {
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
-    static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (not with O_IN_RING) */
+    static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (with O_IN_RING: consumer 0's, O0_OWN_BUF) */
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
     static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
     static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: an int4 per consumer */
@@ -422,6 +453,12 @@ template <class Cfg> struct Sm90PackedRows : Cfg {
 template <class Cfg> struct Sm90Varlen : Cfg {
     static constexpr bool VARLEN = true;
 };
+
+/* Whether consumer wg stages its O in a stage of the ring (O_IN_RING),
+ * not in a buffer of its own. */
+template <class Cfg> __device__ __forceinline__ bool sm90_o_in_ring(int wg) {
+    return Cfg::O_IN_RING && !(Cfg::O0_OWN_BUF && wg == 0);
+}
 
 /* A P buffer's index as a type (see Sm90FwdConfig::P_BUFS). */
 template <int B> struct PBuf {

@@ -150,7 +150,9 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
                                               int4 *mailbox, uint64_t *o_full, int wg, int tid) {
     const int lane = tid % 32;
     /* the other consumer has finished its last S (K stage) or P V (V stage) */
-    if constexpr (Cfg::O_IN_RING) named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
+    const bool in_ring = sm90_o_in_ring<Cfg>(wg);
+    if constexpr (Cfg::O_IN_RING)
+        if (in_ring) named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
     /* Each stmatrix stores the warp's 16 rows x 16 columns: matrices (rows
      * 0-7, 8-15) x (column blocks cb, cb + 1), O registers 4cb..4cb+7 (see
      * the layout at the top). Lane l addresses row l % 8 of matrix l / 8. */
@@ -181,10 +183,11 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
         /* Last rows of a varlen sequence: the map's row bound is the packed
          * tensor's, not the sequence's, so store row by row. */
         if (wg_rows > 0) sm90_store_staged_rows<Cfg>(p, tile, o_stage, wg_row0, wg_rows, tid);
-        if constexpr (Cfg::O_IN_RING) {
-            named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read its rows of the stage */
-            if (tid == 0) mbar_arrive(stage_empty);
-        }
+        if constexpr (Cfg::O_IN_RING)
+            if (in_ring) {
+                named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read its rows of the stage */
+                if (tid == 0) mbar_arrive(stage_empty);
+            }
         if constexpr (Cfg::STORE_THREAD) /* nothing to store; each thread's reads come before its arrive */
             sm90_post(mailbox, o_full, 0, 0, 0, SM90_MAIL_NONE, tid);
     } else if (tid == 0) {
@@ -192,7 +195,7 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
             tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.seq.q_row0 + wg_row0, tile.head,
                          tile.seq.map_b);
         tma_store_commit();
-        if (Cfg::O_IN_RING) {
+        if (Cfg::O_IN_RING && in_ring) {
             tma_store_wait_read(); /* the stage goes back to the producer once the store has read it */
             mbar_arrive(stage_empty);
         }

@@ -140,6 +140,27 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         auto issue_first_s = [&](uint32_t qb, uint32_t q_parity, bool split_tile) {
             uint32_t pos = it + (split_tile ? wg : 0);
             if constexpr (Cfg::PACKED_ROWS) pos += sm90_ring_offset<Cfg>(tile);
+            bool skip = false;
+            if constexpr (Cfg::TOP_SKIP) {
+                skip = wg == 0 && sm90_top_skip<Cfg>(p, tile);
+                pos += skip;
+            }
+            /* TOP_SKIP: consumer 0 passes its first turn, so that both
+             * consumers still read one block in consecutive turns (a block
+             * apart, they would hold both stages and every load would wait),
+             * and frees the stage it skips for consumer 1. Past the turn's
+             * barrier consumer 1 has issued its part of the last tile, so it
+             * has freed the ring's position before this one (this arrival is
+             * in the stage's current phase). */
+            if constexpr (Cfg::TOP_SKIP)
+                if (skip) {
+                    named_bar_sync(my_turn, TURN_THREADS);
+                    if (tid == 0) {
+                        mbar_arrive(&k_empty[it % Cfg::STAGES]);
+                        mbar_arrive(&v_empty[it % Cfg::STAGES]);
+                    }
+                    named_bar_arrive(next_turn, TURN_THREADS);
+                }
             mbar_wait(&q_full[qb], q_parity);
             mbar_wait(&k_full[pos % Cfg::STAGES], (pos / Cfg::STAGES) & 1);
             named_bar_sync(my_turn, TURN_THREADS);
@@ -197,9 +218,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 release = sm90_ring_release<Cfg>(tile);
                 it += sm90_ring_offset<Cfg>(tile);
             }
+            /* TOP_SKIP: consumer 0 starts a block (and a ring position) lower */
+            int skipped = 0;
+            if constexpr (Cfg::TOP_SKIP) skipped = wg == 0 && sm90_top_skip<Cfg>(p, tile);
+            it += skipped;
             /* This tile's first (highest) kv block: its S was issued in an
              * earlier turn; nothing to overlap with until the next turn. */
-            int n = tile.n_hi - 1 - (split_now() ? wg : 0);
+            int n = tile.n_hi - 1 - (split_now() ? wg : 0) - skipped;
             uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
             wgmma_wait<0>();
             fence_regs<Cfg::BN / 2>(S);
@@ -261,7 +286,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 prev_parity = ((it - 1) / Cfg::STAGES) & 1;
                 pv_stage = (it - 2) % Cfg::STAGES;
             } else { /* one P buffer: the single-buffer kernels' code, unchanged (their SASS too) */
-                for (n = tile.n_hi - 1 - (split_now() ? wg : 0) - step; n >= tile.n_lo; n -= step, it += ring_step) {
+                for (n = tile.n_hi - 1 - (split_now() ? wg : 0) - skipped - step; n >= tile.n_lo;
+                     n -= step, it += ring_step) {
                     stage = it % Cfg::STAGES;
                     parity = (it / Cfg::STAGES) & 1;
                     mbar_wait(&k_full[stage], parity);
@@ -316,7 +342,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
              * a later tile's load while this P V and the epilogue run. */
             if (tid == 0) mbar_arrive(&q_empty[qb]);
             /* O_IN_RING: consumer 0 may now stage its O in the last K stage */
-            if (Cfg::O_IN_RING && wg == 1) named_bar_arrive(BAR_K_READ, 256);
+            if (Cfg::O_IN_RING && !Cfg::O0_OWN_BUF && wg == 1) named_bar_arrive(BAR_K_READ, 256);
 
             /* The last P V. With JOIN the next tile's first S joins the
              * turn (its Q is in the other buffer). After the CTA's last tile that
@@ -359,7 +385,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             float inv[2];
             auto finish_rows = [&]() {
                 sm90_finish_rows<Cfg>(p, tile, row_max, row_sum, rows.s_log2, wg, tid, inv);
-                if constexpr (!Cfg::O_IN_RING) sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
+                if constexpr (!Cfg::O_IN_RING)
+                    sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
+                else if (Cfg::O0_OWN_BUF && wg == 0)
+                    sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
             };
             /* (a split tile's rows: after the merge) */
             const bool early_finish = Cfg::EARLY_FINISH && !split_now();
@@ -370,10 +399,13 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             uint8_t *o_stage = o_buf;
             uint64_t *stage_empty = nullptr;
             if constexpr (Cfg::O_IN_RING) {
-                /* consumer 0 stages O in the last K stage, consumer 1 in the last V
-                 * stage (kept from the producer until the store has read it) */
-                o_stage = smem + (wg == 0 ? Cfg::OFF_K : Cfg::OFF_V) + prev_stage * Cfg::KV_BYTES;
-                stage_empty = wg == 0 ? &k_empty[prev_stage] : &v_empty[prev_stage];
+                /* consumer 0 stages O in the last K stage (or its own buffer,
+                 * O0_OWN_BUF), consumer 1 in the last V stage (kept from the
+                 * producer until the store has read it) */
+                if (sm90_o_in_ring<Cfg>(wg)) {
+                    o_stage = smem + (wg == 0 ? Cfg::OFF_K : Cfg::OFF_V) + prev_stage * Cfg::KV_BYTES;
+                    stage_empty = wg == 0 ? &k_empty[prev_stage] : &v_empty[prev_stage];
+                }
                 if (wg == 0) named_bar_arrive(BAR_V_READ, 256); /* consumer 1 may now use the V stage */
             }
             if (tid == 0 && !(Cfg::O_IN_RING && wg == 1))
@@ -390,8 +422,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 sm90_epilogue<Cfg>(p, tile, O, inv, o_stage, stage_empty, mailbox, o_full, wg, tid);
             } else if constexpr (Cfg::O_IN_RING) {
                 /* the staging stage goes back unused, after the same hand-over as the epilogue's */
-                named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
-                if (tid == 0) mbar_arrive(stage_empty);
+                if (sm90_o_in_ring<Cfg>(wg)) {
+                    named_bar_sync(wg == 0 ? BAR_K_READ : BAR_V_READ, 256);
+                    if (tid == 0) mbar_arrive(stage_empty);
+                }
             }
             ++tile_iter;
             tiles_done = tile_iter;

@@ -208,6 +208,20 @@ template <class Cfg> __device__ __forceinline__ uint32_t sm90_ring_release(const
     return 1;
 }
 
+/* TOP_SKIP: whether consumer 0 skips the tile's highest kv block, which
+ * none of its rows sees (their last key, under a causal mask or window,
+ * lies below it); the tile keeps a block for it. Consumer 1 (64 rows on)
+ * sees at least as far, so it takes every block of the tile. */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_top_skip(const Sm90FwdParams &p, const Sm90Tile &t) {
+    if constexpr (Cfg::TOP_SKIP) {
+        /* one past consumer 0's last visible key (32-bit: see sm90_decode_tile) */
+        const int hi0 = min(t.seq.seq_k, t.m_block * Cfg::BM + 64 + t.seq.diag + p.window_right);
+        return t.n_hi - t.n_lo >= 2 && hi0 <= (t.n_hi - 1) * Cfg::BN;
+    }
+    return false;
+}
+
 /* Whether the consumers split tile t's kv blocks (Sm90ShortSplit): a short
  * last query block (the host enables the instance only where that block
  * holds at most 64 rows) with a block for each consumer. */

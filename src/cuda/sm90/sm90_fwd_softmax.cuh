@@ -290,11 +290,13 @@ __device__ __forceinline__ void sm90_release(uint64_t *empty, bool for_all, uint
 }
 
 /* This warpgroup's S of a block is done: free its K stage. O_IN_RING:
- * consumer 0 keeps the tile's last K stage for its O (see the epilogue). */
+ * consumer 0 keeps the tile's last K stage for its O (see the epilogue),
+ * unless it has a buffer of its own (O0_OWN_BUF). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_free_k_stage(uint64_t *k_empty, bool last_block, int wg, int tid,
                                                   bool for_all = false, uint32_t packed_count = 1) {
-    if (tid == 0 && !(Cfg::O_IN_RING && wg == 0 && last_block)) sm90_release<Cfg>(k_empty, for_all, packed_count);
+    if (tid == 0 && !(Cfg::O_IN_RING && !Cfg::O0_OWN_BUF && wg == 0 && last_block))
+        sm90_release<Cfg>(k_empty, for_all, packed_count);
 }
 
 /* Two floats to two e4m3 bytes, lo in the low byte (saturating to +-448). */
