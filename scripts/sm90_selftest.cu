@@ -336,6 +336,8 @@ static int check_all(bool small, bool varlen_only) {
         cases.push_back({1, 64, 400, 300, 100, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tiles in a row */
         cases.push_back({3, 200, 300, 6, 2, 64, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* row groups packed across heads */
         cases.push_back({1, 200, 130, 5, 5, 64, 0, 0, -1, -1, 0.f, false, 1.f, 0}); /* packed, a last tile short of groups */
+        /* head dim 256 causal, Sq = Sk: consumer 0 skips each tile's top block (TOP_SKIP), the instance without masks */
+        cases.push_back({2, 384, 384, 4, 2, 256, 1, 0, -1, -1, 0.f, false, 1.f, 0});
         int fails = 0;
         for (const Case &c : cases) fails += run_case(c);
         return fails != 0;

@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
  * where only each such group's highest block hides a key: with TOP_SKIP
  * at head dim 256 every causal problem with Sq = Sk. */
 template <class Cfg> static constexpr int64_t sm90_mask_rows() {
-    return Cfg::TOP_SKIP && SM90_EXP_CAUSAL_UNMASKED ? 64 : Cfg::BM;
+    return Cfg::TOP_SKIP ? 64 : Cfg::BM;
 }
 
 template <class Cfg>

@@ -95,16 +95,6 @@ struct Sm90FwdParams {
     Sm90FastDiv rg_div;
 };
 
-#ifndef SM90_EXP_O0BUF
-#define SM90_EXP_O0BUF 1
-#endif
-#ifndef SM90_EXP_TOPSKIP
-#define SM90_EXP_TOPSKIP 1
-#endif
-#ifndef SM90_EXP_CAUSAL_UNMASKED
-#define SM90_EXP_CAUSAL_UNMASKED 1
-#endif
-
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
  * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
  * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), the block
@@ -169,14 +159,16 @@ struct Sm90FwdConfig {
                   "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
     /* With O staged in the ring, consumer 0 stages its 64 rows in a buffer
      * of its own where the plan has room for one (head dim 256: 32 KB
-     * beside one Q buffer and two stages). Its store then holds no stage,
-     * and the next tile's second K load (the stage of this tile's last
-     * block) goes out once both consumers' last S is done instead of once
-     * consumer 0's store has read its rows; consumer 0's first S there
-     * needs it right away when it skips the tile's top block (TOP_SKIP).
-     * Laid out as a K stage (O_SLAB_STRIDE apart). */
+     * beside one Q buffer, two stages and LAG_MAX's 256-byte block of
+     * ones). Its store then holds no stage, so the next tile's second K
+     * load (into the stage of this tile's last block) goes out once both
+     * consumers' last S is done rather than once consumer 0's store has
+     * read its rows; consumer 0's first S reads that stage when it skips
+     * the tile's top block (TOP_SKIP). Laid out as a K stage
+     * (O_SLAB_STRIDE apart). Not in the split-tail kernel, which runs
+     * long non-causal problems only (docs/perf/sm90.md, item 115). */
     static constexpr bool O0_OWN_BUF =
-        O_IN_RING && SM90_EXP_O0BUF && !SPLIT_TAIL_ &&
+        O_IN_RING && !SPLIT_TAIL_ &&
         sm90_fwd_smem_bytes(1, Q_BYTES, STAGES, KV_BYTES, 64 * D * 2, 0, 0, 256) <= 227 * 1024;
     static constexpr int O_STAGE_BYTES = O_IN_RING ? (O0_OWN_BUF ? 64 * D * 2 : 0) : O_BYTES;
     static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : BM * 128; /* bytes between staged O's slabs */
@@ -187,9 +179,12 @@ struct Sm90FwdConfig {
      * (so the rounds stay in step and both consumers read each block in
      * consecutive turns), arrives for the skipped stage (which only
      * consumer 1 reads) and starts a ring position later: the tensor cores
-     * run one S and one P V less a tile. Not in the split-tail kernels,
-     * which run only problems without a causal mask or window. */
-    static constexpr bool TOP_SKIP = SM90_EXP_TOPSKIP && D == 256 && !FP8 && CONSUMERS == 2 && !SPLIT_TAIL_;
+     * run one S and one P V less a tile: +1.5..+4.6% at causal 512-4k.
+     * Passed at the tile's end instead, the consumers ran a block apart,
+     * both stages held blocks being read and every load waited: 8-15%
+     * slower (docs/perf/sm90.md, item 115). Not in the split-tail
+     * kernels, which run only problems without a causal mask or window. */
+    static constexpr bool TOP_SKIP = D == 256 && !FP8 && CONSUMERS == 2 && !SPLIT_TAIL_;
     /* Two Q buffers where they fit: the next tile's Q loads while this tile
      * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
      * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
