@@ -387,7 +387,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 sm90_finish_rows<Cfg>(p, tile, row_max, row_sum, rows.s_log2, wg, tid, inv);
                 if constexpr (!Cfg::O_IN_RING)
                     sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
-                else if (Cfg::O0_OWN_BUF && wg == 0)
+                else if (Cfg::O0_OWN_BUF && wg == 0) /* consumer 0's own buffer, as the others' */
                     sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
             };
             /* (a split tile's rows: after the merge) */
