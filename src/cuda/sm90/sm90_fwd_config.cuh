@@ -170,6 +170,7 @@ struct Sm90FwdConfig {
     static constexpr bool O0_OWN_BUF =
         O_IN_RING && !SPLIT_TAIL_ &&
         sm90_fwd_smem_bytes(1, Q_BYTES, STAGES, KV_BYTES, 64 * D * 2, 0, 0, 256) <= 227 * 1024;
+    static constexpr bool O0_IN_RING = O_IN_RING && !O0_OWN_BUF; /* consumer 0 stages in the last K stage */
     static constexpr int O_STAGE_BYTES = O_IN_RING ? (O0_OWN_BUF ? 64 * D * 2 : 0) : O_BYTES;
     static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : BM * 128; /* bytes between staged O's slabs */
     /* Consumer 0 skips the tile's highest kv block where its rows see none
@@ -452,7 +453,7 @@ template <class Cfg> struct Sm90Varlen : Cfg {
 /* Whether consumer wg stages its O in a stage of the ring (O_IN_RING),
  * not in a buffer of its own. */
 template <class Cfg> __device__ __forceinline__ bool sm90_o_in_ring(int wg) {
-    return Cfg::O_IN_RING && !(Cfg::O0_OWN_BUF && wg == 0);
+    return wg == 0 ? Cfg::O0_IN_RING : Cfg::O_IN_RING;
 }
 
 /* A P buffer's index as a type (see Sm90FwdConfig::P_BUFS). */

@@ -342,7 +342,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
              * a later tile's load while this P V and the epilogue run. */
             if (tid == 0) mbar_arrive(&q_empty[qb]);
             /* O_IN_RING: consumer 0 may now stage its O in the last K stage */
-            if (Cfg::O_IN_RING && !Cfg::O0_OWN_BUF && wg == 1) named_bar_arrive(BAR_K_READ, 256);
+            if (Cfg::O0_IN_RING && wg == 1) named_bar_arrive(BAR_K_READ, 256);
 
             /* The last P V. With JOIN the next tile's first S joins the
              * turn (its Q is in the other buffer). After the CTA's last tile that

@@ -295,7 +295,7 @@ __device__ __forceinline__ void sm90_release(uint64_t *empty, bool for_all, uint
 template <class Cfg>
 __device__ __forceinline__ void sm90_free_k_stage(uint64_t *k_empty, bool last_block, int wg, int tid,
                                                   bool for_all = false, uint32_t packed_count = 1) {
-    if (tid == 0 && !(Cfg::O_IN_RING && !Cfg::O0_OWN_BUF && wg == 0 && last_block))
+    if (tid == 0 && !(Cfg::O0_IN_RING && wg == 0 && last_block))
         sm90_release<Cfg>(k_empty, for_all, packed_count);
 }
 
