@@ -9,13 +9,14 @@ beside two references timed in the same process:
          (torch has no float8 attention).
 
 Shapes: head dim 128, 16 heads, (batch, seqlen) = (16,1k) (4,4k) (2,8k)
-(1,16k), causal and not; q, k, v standard normal in e4m3 (no descales),
+(1,16k) (--seqlens picks others: batch x seqlen = 16k), causal and not
+(--causal no|yes picks one); q, k, v standard normal in e4m3 (no descales),
 bf16 output. Each contender first runs on its own for --settle-ms, then
 --reps timings of --burst back-to-back calls each; the median is reported.
 The e4m3 call includes its V transpose. FLOPs: 4*B*H*S*S*D (halved for
 causal).
 
-    python3 bench/gpu_fp8.py [--lib build/libflashattn.so]
+    python3 bench/gpu_fp8.py [--lib build/libflashattn.so] [--seqlens 512,1024] [--causal no]
 """
 import argparse
 import os
@@ -50,6 +51,8 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--burst", type=int, default=10)
     ap.add_argument("--settle-ms", type=float, default=300.0)
+    ap.add_argument("--seqlens", default="1024,4096,8192,16384", help="sequence lengths (batch = 16384 / seqlen)")
+    ap.add_argument("--causal", choices=("both", "no", "yes"), default="both")
     args = ap.parse_args()
     lib = FlashAttn(args.lib, "cuda")
     lib.use_current_stream()
@@ -59,8 +62,9 @@ def main():
     print("%-6s %-6s %-6s | %-10s %-10s %-10s | %-8s %-8s" %
           ("causal", "batch", "seqlen", "e4m3 ours", "bf16 cuDNN", "GEMM", "vs cuDNN", "of GEMM"))
     D, H = 128, 16
-    for causal in (False, True):
-        for B, S in ((16, 1024), (4, 4096), (2, 8192), (1, 16384)):
+    seqlens = [int(x) for x in args.seqlens.split(",")]
+    for causal in {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]:
+        for B, S in ((max(1, 16384 // s), s) for s in seqlens):
             gen = torch.Generator(device="cuda").manual_seed(B * 131 + S)
             mk = lambda: torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
             q, k, v = mk(), mk(), mk()

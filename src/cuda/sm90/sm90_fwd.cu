@@ -21,7 +21,9 @@
  * Joining tile boundaries pays only with three consumers, and not for e4m3 at
  * head dim 128. e4m3 at head dim 128 has three consumers too, with P in shared
  * memory (Sm90FwdConfig::P_SMEM), except for short masked problems, where
- * it keeps two and 128-row tiles (docs/perf/sm90.md, items 36, 87, 88). */
+ * it keeps two and 128-row tiles (docs/perf/sm90.md, items 36, 87, 88).
+ * Both three-consumer kernels have an instance whose tiles are 64-row
+ * groups packed across heads (Sm90PackedRows, sm90_packed_rows). */
 enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
@@ -35,6 +37,13 @@ using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT>;
  * exponentials, not the tensor cores (docs/perf/sm90.md, item 38). */
 template <bool SPLIT> using Sm90CfgF8M192 = Sm90FwdConfig<128, 128, 2, true, 3, true, false, SPLIT>;
 using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
+/* e4m3's packed row groups (Sm90PackedRows, sm90_packed_rows): the
+ * three-consumer kernel with a third K/V stage. A tile across two heads
+ * has each kv block twice in the ring, and a consumer reads every other
+ * position: with two stages each head's consumers would have one stage,
+ * and every load would wait for the block before it to be read. No mask
+ * (packed problems have none) and no softcap code. */
+using Sm90CfgF8M192Packed = Sm90PackedRows<Sm90SteadyUnmasked<Sm90FwdConfig<128, 128, 3, true, 3, true>>>;
 using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
@@ -49,20 +58,29 @@ static sm90_variant sm90_pick(const fa_problem *p) {
     }
 }
 
-/* Row-group packing (Sm90PackedRows): the three-consumer head-dim-64 kernel
- * on 16-bit batched problems without a mask whose query rows are not a whole
- * number of its 192-row tiles. Its tiles then count 64-row groups of all
- * heads, which must stay in int (sm90_decode_packed). A tile spans at most
- * two heads, so a head must have two groups at least (up to 64 rows the
- * short-tile split takes them: sm90_short_split_plan). Taken where it cuts
- * a head's tiles (a short one counted whole) by SM90_PACK_MIN_SAVED_PCT %
- * or more: at 512 and 1k (-11%) it gained 7-8%, at 2k and 4k (-3%) it
- * measured level, at 8k and 16k (-0.8%) 1-2% slower, about the A/B's own
- * spread (docs/perf/sm90.md, item 114). */
-enum { SM90_PACK_MIN_SAVED_PCT = 5 };
+/* Row-group packing (Sm90PackedRows): the three-consumer kernels (16-bit
+ * head dim 64, e4m3 head dim 128) on batched problems without a mask whose
+ * query rows are not a whole number of their 192-row tiles. Its tiles then
+ * count 64-row groups of all heads, which must stay in int
+ * (sm90_decode_packed). A tile spans at most two heads, so a head must have
+ * two groups at least (up to 64 rows the short-tile split takes them:
+ * sm90_short_split_plan). Taken where it cuts a head's tiles (a short one
+ * counted whole) by SM90_PACK_MIN_SAVED_PCT % or more: at head dim 64, 512
+ * and 1k (-11%) it gained 7-8%, at 2k and 4k (-3%) it measured level, at
+ * 8k and 16k (-0.8%) 1-2% slower, about the A/B's own spread
+ * (docs/perf/sm90.md, item 114). e4m3 (its own three-stage kernel,
+ * Sm90CfgF8M192Packed) packs only where the split tail (sm90_split_plan),
+ * which a packed problem cannot have, would never be taken: a tile of fewer
+ * than twice SM90_SPLIT_MIN_SAVED kv blocks saves less than that even with
+ * a single tile in the last wave. There it gained 5-6% at 1k and ~1% at
+ * 512 (item 118). Its packed instance has no softcap code
+ * (SOFTCAP_OWN_KERNEL), so problems with a softcap are not packed. */
+enum { SM90_PACK_MIN_SAVED_PCT = 5, SM90_SPLIT_MIN_SAVED = 12 /* see sm90_split_plan */ };
 
 static int sm90_packed_rows(const fa_problem *p) {
-    if (sm90_pick(p) != SM90_D64_M192 || p->dtype == FA_F8_E4M3 || p->has_mask || p->cu_seqlens_q) return 0;
+    const sm90_variant v = sm90_pick(p);
+    if ((v != SM90_D64_M192 && v != SM90_F8_M192) || p->has_mask || p->cu_seqlens_q) return 0;
+    if (v == SM90_F8_M192 && (p->softcap > 0.f || (p->Sk + 127) / 128 >= 2 * SM90_SPLIT_MIN_SAVED)) return 0;
     const int64_t groups_per_head = (p->Sq + 63) / 64, tiles_per_head = (p->Sq + 191) / 192;
     if (p->Sq <= 64 || groups_per_head * 100 > 3 * tiles_per_head * (100 - SM90_PACK_MIN_SAVED_PCT)) return 0;
     return groups_per_head * p->Hq * p->B < ((int64_t)1 << 31) - 3;
@@ -219,7 +237,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
  * up; docs/perf/sm90.md, item 35), twice that for e4m3, whose blocks take
  * about half the time (-1..-2% where it saves 16 such blocks, +1..+2% from
  * 31 up; item 56), and each CTA's share holds at least two kv blocks. */
-enum { SM90_SPLIT_MIN_SAVED = 12, SM90_SPLIT_MIN_SHARE = 2 };
+enum { SM90_SPLIT_MIN_SHARE = 2 }; /* (SM90_SPLIT_MIN_SAVED is defined above, where packing needs it) */
 
 struct Sm90SplitPlan {
     int tail_tiles;      /* R: 0 = no split */
@@ -250,6 +268,7 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     Sm90SplitPlan s;
     memset(&s, 0, sizeof s);
     if (k.paired || p->window_left < FA_UNBOUNDED || p->cu_seqlens_q) return s; /* tiles of unequal work */
+    if (k.packed_rows) return s; /* packed tiles have no split instance (sm90_packed_rows) */
     const sm90_variant v = sm90_pick(p);
     if (!sm90_has_split_tail(v)) return s;
     const Sm90Shape shape = sm90_shape(v);
@@ -644,7 +663,9 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
         switch (sm90_pick(p)) {
-        case SM90_F8_M192: return sm90_launch_tail<Sm90CfgF8M192<false>, Sm90CfgF8M192<true>>(p, k, x);
+        case SM90_F8_M192:
+            if (k.packed_rows) return sm90_launch_instance<Sm90CfgF8M192Packed>(p, k, x);
+            return sm90_launch_tail<Sm90CfgF8M192<false>, Sm90CfgF8M192<true>>(p, k, x);
         case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(p, k, x);
         default: return sm90_launch<Sm90CfgF8N128>(p, k, x);
         }

@@ -328,7 +328,8 @@ struct Sm90FwdConfig {
     static constexpr bool SHORT_SPLIT = false;
     static constexpr bool HAS_SHORT_SPLIT = CONSUMERS == 3 && D == 64 && !FP8;
     /* Row groups of consecutive heads packed into whole tiles: the instance
-     * Sm90PackedRows (HAS_PACKED_ROWS: this config has one). */
+     * Sm90PackedRows (HAS_PACKED_ROWS: this config has one; e4m3's packed
+     * kernel has a config of its own, Sm90CfgF8M192Packed). */
     static constexpr bool PACKED_ROWS = false;
     static constexpr bool HAS_PACKED_ROWS = HAS_SHORT_SPLIT;
     static constexpr int MERGE_F4S = D / 8 + 1; /* float4s a thread leaves: O, then (max, max, sum, sum) */
@@ -442,7 +443,7 @@ template <class Cfg> struct Sm90PackedRows : Cfg {
     static constexpr bool VARLEN = false;
     static_assert(Cfg::CONSUMERS == 3 && Cfg::P_BUFS == 1 && Cfg::SLABS == 1 && !Cfg::SPLIT_TAIL &&
                       !Cfg::O_IN_RING && !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN && !Cfg::SHORT_SPLIT,
-                  "row-group packing is written for the three-consumer head-dim-64 kernel");
+                  "row-group packing is written for three-consumer kernels with one slab a Q or K row");
 };
 
 /* A config whose kernel runs varlen problems (see VARLEN_OWN_KERNEL). */

@@ -14,6 +14,42 @@
  * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). */
 enum { LOAD_Q_K = 0, LOAD_V = 1 };
 
+/* Kv block n's K (ROLE LOAD_Q_K) or V into ring position it, once the
+ * consumers have freed that stage: K as SLABS column slabs of BN rows from
+ * row k_row0 + n * BN (the sequence's first row in a varlen map), V alike,
+ * or for e4m3 V^T as BN / VT_SLAB_KEYS slabs of D head-dim rows, from key
+ * n * BN (e4m3 is batched). */
+template <class Cfg, int ROLE>
+__device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, uint32_t it,
+                                                   int n, int k_row0, int kv_head, int map_b) {
+    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
+    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
+    /* A fresh barrier counts as having completed the phase before phase 0,
+     * so the first wait on an "empty" barrier uses parity 1 and passes. */
+    const uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
+    if constexpr (ROLE == LOAD_Q_K) {
+        mbar_wait(&k_empty[stage], parity);
+        mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
+        uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
+        for (int s = 0; s < Cfg::SLABS; ++s)
+            tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS, k_row0 + n * Cfg::BN,
+                        kv_head, map_b);
+    } else {
+        mbar_wait(&v_empty[stage], parity);
+        mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
+        uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
+        if constexpr (Cfg::FP8) { /* V^T: D head-dim rows of BN keys, VT_SLAB_KEYS per slab */
+            for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
+                tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage], n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0,
+                            kv_head, map_b);
+        } else {
+            for (int s = 0; s < Cfg::SLABS; ++s)
+                tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, k_row0 + n * Cfg::BN, kv_head,
+                            map_b);
+        }
+    }
+}
+
 /* One packed tile's loads (Sm90PackedRows, see sm90_decode_packed): Q as
  * one 64-row box per consumer, at that consumer's rows of the buffer; each
  * kv block of the tile's first head, and where the tile holds two heads
@@ -23,8 +59,6 @@ template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int t,
                                                     const Sm90Tile &first, uint32_t &it, uint32_t &tile_iter) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
-    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
-    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     const Sm90Tile last = sm90_decode_packed<Cfg>(p, t, Cfg::CONSUMERS - 1);
     const int heads = sm90_ring_step<Cfg>(last); /* 2: the last consumer's group is in the next head */
     if constexpr (ROLE == LOAD_Q_K) {
@@ -41,15 +75,9 @@ __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint
 #pragma unroll 1
     for (int n = first.n_hi - 1; n >= first.n_lo; --n) {
 #pragma unroll 1
-        for (int h = 0; h < heads; ++h, ++it) {
-            const int kv_head = h ? kv_head1 : kv_head0, map_b = h ? last.seq.map_b : first.seq.map_b;
-            const uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
-            uint64_t *full = ROLE == LOAD_Q_K ? &k_full[stage] : &v_full[stage];
-            mbar_wait(ROLE == LOAD_Q_K ? &k_empty[stage] : &v_empty[stage], parity);
-            mbar_arrive_expect_tx(full, Cfg::KV_BYTES);
-            tma_load_4d(smem + (ROLE == LOAD_Q_K ? Cfg::OFF_K : Cfg::OFF_V) + stage * Cfg::KV_BYTES,
-                        ROLE == LOAD_Q_K ? &p.tm_k : &p.tm_v, full, 0, n * Cfg::BN, kv_head, map_b);
-        }
+        for (int h = 0; h < heads; ++h, ++it)
+            sm90_load_kv_block<Cfg, ROLE>(p, smem, bars, it, n, 0, h ? kv_head1 : kv_head0,
+                                          h ? last.seq.map_b : first.seq.map_b);
     }
     ++tile_iter;
 }
@@ -57,8 +85,6 @@ __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
-    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
-    uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     if constexpr (ROLE == LOAD_Q_K) {
         tma_prefetch_map(&p.tm_q);
         tma_prefetch_map(&p.tm_k);
@@ -94,30 +120,8 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
              * them, and their V rows meet P = 0. Not unrolled: the producer has
              * only PRODUCER_REGS registers. */
 #pragma unroll 1
-            for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it) {
-                uint32_t stage = it % Cfg::STAGES, parity = ((it / Cfg::STAGES) & 1) ^ 1;
-                if constexpr (ROLE == LOAD_Q_K) {
-                    mbar_wait(&k_empty[stage], parity);
-                    mbar_arrive_expect_tx(&k_full[stage], Cfg::KV_BYTES);
-                    uint8_t *k_dst = smem + Cfg::OFF_K + stage * Cfg::KV_BYTES;
-                    for (int s = 0; s < Cfg::SLABS; ++s)
-                        tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS,
-                                    tile.seq.k_row0 + n * Cfg::BN, kv_head, tile.seq.map_b);
-                } else {
-                    mbar_wait(&v_empty[stage], parity);
-                    mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
-                    uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
-                    if constexpr (Cfg::FP8) { /* V^T: D head-dim rows of BN keys, VT_SLAB_KEYS per slab */
-                        for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
-                            tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage],
-                                        n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, tile.seq.map_b);
-                    } else {
-                        for (int s = 0; s < Cfg::SLABS; ++s)
-                            tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64,
-                                        tile.seq.k_row0 + n * Cfg::BN, kv_head, tile.seq.map_b);
-                    }
-                }
-            }
+            for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it)
+                sm90_load_kv_block<Cfg, ROLE>(p, smem, bars, it, n, tile.seq.k_row0, kv_head, tile.seq.map_b);
             ++tile_iter;
         }
     }
