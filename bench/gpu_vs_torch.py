@@ -9,8 +9,13 @@ and reports the median of --reps timings. Before its timings each contender
 runs on its own for --settle-ms (default 150 ms): the H200 holds its clock at
 its power cap, and a kernel timed right after another one starts from the
 clock the other left (interleaved with the others, cuDNN's head-dim-128 16k
-cell measured 672 TFLOP/s, settled 592; docs/perf/sm90.md, item 30). FLOPs:
-forward 4*B*H*S*S*D (halved for causal), backward 2.5x.
+cell measured 672 TFLOP/s, settled 592; docs/perf/sm90.md, item 30). What
+the one before leaves still shows through that: at head dim 64 causal 512
+and 2k, ours timed first in a cell read 1-2% better against cuDNN than
+cuDNN timed first (docs/perf/sm90.md, item 119). So by default (--order both) each cell
+is timed twice, ours, FA2, cuDNN and then cuDNN, FA2, ours, and the two
+passes' timings are pooled before the median. FLOPs: forward
+4*B*H*S*S*D (halved for causal), backward 2.5x.
 
 Two timings (--timing):
   stream  events around a run of --burst back-to-back calls, divided by the
@@ -26,6 +31,7 @@ both (the default) prints the two, stream first.
     python3 bench/gpu_vs_torch.py [--quick] [--lib build/libflashattn.so]
                                   [--backend cuda|cuda_sm80] [--timing stream|single|both]
                                   [--dims 64,128,256] [--max-seqlen N] [--no-bwd]
+                                  [--causal both|no|yes] [--order both|ours,fa2,cudnn|...]
                                   [--out DIR]
 """
 import argparse
@@ -176,7 +182,10 @@ def flops_fwd(B, H, S, D, causal):
     return f / 2 if causal else f
 
 
-def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_ms):
+ORDERS = (("ours", "fa2", "cudnn"), ("cudnn", "fa2", "ours"))
+
+
+def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_ms, orders=ORDERS):
     H = 2048 // D
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(B * 131 + S * 7 + D)
@@ -225,10 +234,13 @@ def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_
         for mode in modes:
             calls = burst if mode == "stream" else 1
             times = {n: [] for n in fns}
-            for n, fn in fns.items():
-                settle(fn, settle_ms)  # its own clock, not the one the previous contender left
-                for _ in range(reps):
-                    times[n].append(time_ms(fn, calls))
+            for order in orders:  # each order in turn, the timings pooled (see --order)
+                for n in order:
+                    if n not in fns:
+                        continue
+                    settle(fns[n], settle_ms)  # its own clock, not the one the previous contender left
+                    for _ in range(reps):
+                        times[n].append(time_ms(fns[n], calls))
             for n, t in times.items():
                 ms = statistics.median(t)
                 r = res.setdefault(n, {}).setdefault(mode, {})
@@ -259,8 +271,16 @@ def main():
     ap.add_argument("--burst", type=int, default=10, help="back-to-back calls per stream timing")
     ap.add_argument("--settle-ms", type=float, default=150.0,
                     help="each contender runs alone this long before its timings")
+    ap.add_argument("--causal", choices=("both", "no", "yes"), default="both", help="which masks to time")
+    ap.add_argument("--order", default="both",
+                    help="the order in which a cell's contenders are timed: a permutation of ours,fa2,cudnn, or "
+                         "both (ours,fa2,cudnn then cudnn,fa2,ours, the timings pooled)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
+    orders = ORDERS if args.order == "both" else (tuple(args.order.split(",")),)
+    masks = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
+    if any(sorted(o) != ["cudnn", "fa2", "ours"] for o in orders):
+        ap.error("--order: a permutation of ours,fa2,cudnn, or both")
 
     lib = FlashAttn(args.lib, args.backend)
     if args.quick:
@@ -275,10 +295,10 @@ def main():
         "D", "B x S", "causal", "timing", "ours fwd/bwd TF", "FA2 fwd/bwd TF", "cuDNN fwd/bwd TF",
         "vs FA2 f, b", "vs cuDNN f, b"))
     for D in dims:
-        for causal in (False, True):
+        for causal in masks:
             for B, S in sizes:
                 r = bench_cell(lib, B, S, D, causal, args.warmup, args.reps, not args.no_bwd, modes, args.burst,
-                               args.settle_ms)
+                               args.settle_ms, orders)
                 row = {"D": D, "B": B, "S": S, "causal": causal, "results": r}
                 rows.append(row)
                 for mode in modes:
@@ -293,7 +313,7 @@ def main():
 
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": args.backend,
             "cudnn": torch.backends.cudnn.version(), "warmup": args.warmup, "reps": args.reps,
-            "timing": list(modes), "burst": args.burst, "settle_ms": args.settle_ms}
+            "timing": list(modes), "burst": args.burst, "settle_ms": args.settle_ms, "orders": [list(o) for o in orders]}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_vs_torch.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
@@ -301,7 +321,7 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        combos = [(D, c) for D in dims for c in (False, True)]
+        combos = [(D, c) for D in dims for c in masks]
         fig, axes = plt.subplots(2, len(combos), figsize=(4 * len(combos), 7), squeeze=False)
         for col, (D, c) in enumerate(combos):
             sel = [r for r in rows if r["D"] == D and r["causal"] == c]
