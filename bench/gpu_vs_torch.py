@@ -5,17 +5,17 @@ hidden 2048, head dim 64/128/256, (batch, seqlen) = (32,512) (16,1k) (8,2k)
 (4,4k) (2,8k) (1,16k), causal and not, bf16, forward and backward.
 
 Every cell times each contender with CUDA events on torch's current stream
-and reports the median of --reps timings. Before its timings each contender
+and reports the median of its timings (--reps per pass). Before its timings each contender
 runs on its own for --settle-ms (default 150 ms): the H200 holds its clock at
 its power cap, and a kernel timed right after another one starts from the
 clock the other left (interleaved with the others, cuDNN's head-dim-128 16k
 cell measured 672 TFLOP/s, settled 592; docs/perf/sm90.md, item 30). What
-the one before leaves still shows through that: at head dim 64 causal 512
-and 2k, ours timed first in a cell read 1-2% better against cuDNN than
-cuDNN timed first (docs/perf/sm90.md, item 119). So by default (--order both) each cell
-is timed twice, ours, FA2, cuDNN and then cuDNN, FA2, ours, and the two
-passes' timings are pooled before the median. FLOPs: forward
-4*B*H*S*S*D (halved for causal), backward 2.5x.
+the one before leaves still shows through the settling: at head dim 64
+causal 512 and 2k, ours timed first in a cell read 1-2% better against
+cuDNN than cuDNN timed first (docs/perf/sm90.md, item 119). So by default
+(--order both) each cell is timed in two passes, ours, FA2, cuDNN and then
+cuDNN, FA2, ours, and the median is taken over both passes' timings.
+FLOPs: forward 4*B*H*S*S*D (halved for causal), backward 2.5x.
 
 Two timings (--timing):
   stream  events around a run of --burst back-to-back calls, divided by the
