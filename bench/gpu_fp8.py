@@ -14,9 +14,9 @@ Shapes: head dim 128, 16 heads, (batch, seqlen) = (16,1k) (4,4k) (2,8k)
 bf16 output. Each contender first runs on its own for --settle-ms, then
 --reps timings of --burst back-to-back calls each; the median is reported.
 The GEMM ceiling is timed after the attention cells: timed first, it left
-the board so hot that the first cell, e4m3 at 512, read anywhere from 470
-to 640 TFLOP/s from run to run after its 300 ms of settling, against a
-steady 655-662 with nothing before it (docs/perf/sm90.md, item 118).
+the board so hot that the first cell, e4m3 at 512, read anywhere from 468
+to 639 TFLOP/s from run to run after its 300 ms of settling, against a
+steady 655-662 with nothing before it (docs/perf/sm90.md, item 119).
 The e4m3 call includes its V transpose. FLOPs: 4*B*H*S*S*D (halved for
 causal).
 
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_vs_torch import FlashAttn, flops_fwd, settle, time_ms  # noqa: E402
+from gpu_vs_torch import MASKS, FlashAttn, flops_fwd, settle, time_ms  # noqa: E402
 
 
 def median_ms(fn, reps, burst, settle_ms):
@@ -56,7 +56,7 @@ def main():
     ap.add_argument("--burst", type=int, default=10)
     ap.add_argument("--settle-ms", type=float, default=300.0)
     ap.add_argument("--seqlens", default="1024,4096,8192,16384", help="sequence lengths (batch = 16384 / seqlen)")
-    ap.add_argument("--causal", choices=("both", "no", "yes"), default="both")
+    ap.add_argument("--causal", choices=sorted(MASKS), default="both", help="which masks to time")
     args = ap.parse_args()
     lib = FlashAttn(args.lib, "cuda")
     lib.use_current_stream()
@@ -64,7 +64,7 @@ def main():
     rows = []  # (causal, B, S, ours, cuDNN): printed once the GEMM ceiling is known
     D, H = 128, 16
     seqlens = [int(x) for x in args.seqlens.split(",")]
-    for causal in {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]:
+    for causal in MASKS[args.causal]:
         for B, S in ((max(1, 16384 // s), s) for s in seqlens):
             gen = torch.Generator(device="cuda").manual_seed(B * 131 + S)
             mk = lambda: torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, generator=gen)

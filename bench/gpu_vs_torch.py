@@ -183,6 +183,8 @@ def flops_fwd(B, H, S, D, causal):
 
 
 ORDERS = (("ours", "fa2", "cudnn"), ("cudnn", "fa2", "ours"))
+# --causal: the masks each choice times (bench/gpu_fp8.py takes the same option)
+MASKS = {"both": (False, True), "no": (False,), "yes": (True,)}
 
 
 def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_ms, orders=ORDERS):
@@ -271,14 +273,14 @@ def main():
     ap.add_argument("--burst", type=int, default=10, help="back-to-back calls per stream timing")
     ap.add_argument("--settle-ms", type=float, default=150.0,
                     help="each contender runs alone this long before its timings")
-    ap.add_argument("--causal", choices=("both", "no", "yes"), default="both", help="which masks to time")
+    ap.add_argument("--causal", choices=sorted(MASKS), default="both", help="which masks to time")
     ap.add_argument("--order", default="both",
                     help="the order in which a cell's contenders are timed: a permutation of ours,fa2,cudnn, or "
                          "both (ours,fa2,cudnn then cudnn,fa2,ours, the timings pooled)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     orders = ORDERS if args.order == "both" else (tuple(args.order.split(",")),)
-    masks = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
+    masks = MASKS[args.causal]
     if any(sorted(o) != ["cudnn", "fa2", "ours"] for o in orders):
         ap.error("--order: a permutation of ours,fa2,cudnn, or both")
 

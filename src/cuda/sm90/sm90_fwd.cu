@@ -80,7 +80,8 @@ enum { SM90_PACK_MIN_SAVED_PCT = 5, SM90_SPLIT_MIN_SAVED = 12 /* see sm90_split_
 static int sm90_packed_rows(const fa_problem *p) {
     const sm90_variant v = sm90_pick(p);
     if ((v != SM90_D64_M192 && v != SM90_F8_M192) || p->has_mask || p->cu_seqlens_q) return 0;
-    if (v == SM90_F8_M192 && (p->softcap > 0.f || (p->Sk + 127) / 128 >= 2 * SM90_SPLIT_MIN_SAVED)) return 0;
+    constexpr int f8_bn = Sm90CfgF8M192<false>::BN; /* keys a kv block of the e4m3 kernel */
+    if (v == SM90_F8_M192 && (p->softcap > 0.f || (p->Sk + f8_bn - 1) / f8_bn >= 2 * SM90_SPLIT_MIN_SAVED)) return 0;
     const int64_t groups_per_head = (p->Sq + 63) / 64, tiles_per_head = (p->Sq + 191) / 192;
     if (p->Sq <= 64 || groups_per_head * 100 > 3 * tiles_per_head * (100 - SM90_PACK_MIN_SAVED_PCT)) return 0;
     return groups_per_head * p->Hq * p->B < ((int64_t)1 << 31) - 3;
