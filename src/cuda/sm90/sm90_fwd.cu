@@ -29,8 +29,11 @@ template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, f
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
 template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
-template <bool BF16, bool SPLIT> /* O staged in the last K/V stage */
-using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT>;
+/* O staged in the last K/V stage (consumer 0's in a buffer of its own where
+ * it may skip a tile's top block); TOP_SKIP false: the instance for problems
+ * with no mask, which never skip (sm90_launch_d256) */
+template <bool BF16, bool SPLIT, bool TOP_SKIP = true>
+using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT, TOP_SKIP>;
 /* e4m3 in, bf16 out. Head dims up to 64 have a kernel of their own (64-byte
  * Q and K rows, so no zero columns are multiplied) with three consumers and
  * joined tile boundaries: like bf16 at head dim 64, it is bound by the
@@ -614,13 +617,25 @@ static fa_status sm90_launch_tail(const fa_problem *p, const Sm90FwdParams &k, c
     return k.tail_first < k.num_tiles ? sm90_launch<Split>(p, k, x) : sm90_launch<Plain>(p, k, x);
 }
 
+/* Head dim 256: batched problems with no causal mask or window that the
+ * plan does not split run an instance without TOP_SKIP and consumer 0's
+ * own O buffer (the skip never applies to them, and the buffer cost them up
+ * to 2%: docs/perf/sm90.md, item 120), without the steady loop's masks
+ * (only a tile's highest kv block can hold a hidden key). */
+template <bool BF16>
+static fa_status sm90_launch_d256(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
+    if (!p->has_mask && !p->cu_seqlens_q && k.tail_first >= k.num_tiles)
+        return sm90_launch_instance<Sm90SteadyUnmasked<Sm90CfgD256<BF16, false, false>>>(p, k, x);
+    return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(p, k, x);
+}
+
 template <bool BF16>
 static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     switch (sm90_pick(p)) {
     case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(p, k, x);
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(p, k, x);
     case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(p, k, x);
-    case SM90_D256: return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(p, k, x);
+    case SM90_D256: return sm90_launch_d256<BF16>(p, k, x);
     case SM90_F8_M192:
     case SM90_F8_N128:
     case SM90_F8_D64: break; /* launched by fa_sm90_fwd */

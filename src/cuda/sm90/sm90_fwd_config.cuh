@@ -110,7 +110,7 @@ constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_by
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
 template <int D_, int BN_, int STAGES_, bool BF16_, int CONSUMERS_ = 2, bool FP8_ = false, bool JOIN_ = false,
-          bool SPLIT_TAIL_ = false>
+          bool SPLIT_TAIL_ = false, bool TOP_SKIP_ = true>
 struct Sm90FwdConfig {
     static constexpr int D = D_;           /* head dim (= Dv) */
     static constexpr int CONSUMERS = CONSUMERS_; /* consumer warpgroups, 64 query rows each */
@@ -165,10 +165,13 @@ struct Sm90FwdConfig {
      * consumers' last S is done rather than once consumer 0's store has
      * read its rows; consumer 0's first S reads that stage when it skips
      * the tile's top block (TOP_SKIP). Laid out as a K stage
-     * (O_SLAB_STRIDE apart). Not in the split-tail kernel, which runs
-     * long non-causal problems only (docs/perf/sm90.md, item 115). */
+     * (O_SLAB_STRIDE apart). Only beside TOP_SKIP: not in the split-tail
+     * kernel, which runs long non-causal problems only, nor in the instance
+     * for problems with no causal mask or window (TOP_SKIP_ false), where
+     * the buffer measured 1.7-2.1% slower at 2k queries and level at 512
+     * and 1k (docs/perf/sm90.md, items 115 and 120). */
     static constexpr bool O0_OWN_BUF =
-        O_IN_RING && !SPLIT_TAIL_ &&
+        O_IN_RING && !SPLIT_TAIL_ && TOP_SKIP_ &&
         sm90_fwd_smem_bytes(1, Q_BYTES, STAGES, KV_BYTES, 64 * D * 2, 0, 0, 256) <= 227 * 1024;
     static constexpr bool O0_IN_RING = O_IN_RING && !O0_OWN_BUF; /* consumer 0 stages in the last K stage */
     static constexpr int O_STAGE_BYTES = O_IN_RING ? (O0_OWN_BUF ? 64 * D * 2 : 0) : O_BYTES;
@@ -184,8 +187,9 @@ struct Sm90FwdConfig {
      * Passed at the tile's end instead, the consumers ran a block apart,
      * both stages held blocks being read and every load waited: 8-15%
      * slower (docs/perf/sm90.md, item 115). Not in the split-tail
-     * kernels, which run only problems without a causal mask or window. */
-    static constexpr bool TOP_SKIP = D == 256 && !FP8 && CONSUMERS == 2 && !SPLIT_TAIL_;
+     * kernels, which run only problems without a causal mask or window,
+     * nor where TOP_SKIP_ is false (the instance for such problems). */
+    static constexpr bool TOP_SKIP = D == 256 && !FP8 && CONSUMERS == 2 && !SPLIT_TAIL_ && TOP_SKIP_;
     /* Two Q buffers where they fit: the next tile's Q loads while this tile
      * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
      * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three
