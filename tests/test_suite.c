@@ -380,6 +380,10 @@ static void magnitudes(fa_dtype dt) {
         {"growing scores head dim 256", 64, 700, 2, 2, 256, PAT_GROWING, 0, 1},
         {"large scores head dim 256", 113, 203, 2, 1, 256, PAT_LARGE, 0, 0},
         {"medium scores head dim 256 causal", 113, 203, 2, 1, 256, PAT_MEDIUM, 1, 1},
+        /* over 16 kv blocks of 64 keys: Hopper's head-dim-256 instance for
+         * long unmasked problems (no top-block skip) */
+        {"growing scores head dim 256, 1100 keys", 64, 1100, 2, 2, 256, PAT_GROWING, 0, 0},
+        {"large scores head dim 256, 1100 keys", 113, 1100, 2, 1, 256, PAT_LARGE, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         scase c = make(cases[i].label, dt, 1, cases[i].Sq, cases[i].Sk, cases[i].Hq, cases[i].Hk, cases[i].D,
@@ -419,6 +423,10 @@ static void options(fa_dtype dt) {
     c = make("softcap 5", dt, 1, 113, 203, 2, 1, 64, 64);
     c.opts.softcap = 5.0f;
     c.pattern = PAT_LARGE;
+    run_case(&c);
+    c = make("softcap 5 head dim 200, 1100 keys", dt, 1, 130, 1100, 2, 1, 200, 200);
+    c.opts.softcap = 5.0f;
+    c.bwd = 0;
     run_case(&c);
     c = make("softcap 30 causal", dt, 1, 130, 130, 2, 2, 128, 128);
     c.opts.softcap = 30.0f;
