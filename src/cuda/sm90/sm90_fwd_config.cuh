@@ -168,8 +168,8 @@ struct Sm90FwdConfig {
      * (O_SLAB_STRIDE apart). Only beside TOP_SKIP: not in the split-tail
      * kernel, which runs long non-causal problems only, nor in the instance
      * for long problems with no causal mask or window (TOP_SKIP_ false),
-     * where the buffer measured 2.4% slower at 2k keys (it gained 2.1% at
-     * 512: docs/perf/sm90.md, items 115 and 120). */
+     * where the buffer measured 0.5-2.4% slower at 2k keys (it gained 2.1%
+     * at 512: docs/perf/sm90.md, items 115 and 120). */
     static constexpr bool O0_OWN_BUF =
         O_IN_RING && !SPLIT_TAIL_ && TOP_SKIP_ &&
         sm90_fwd_smem_bytes(1, Q_BYTES, STAGES, KV_BYTES, 64 * D * 2, 0, 0, 256) <= 227 * 1024;
