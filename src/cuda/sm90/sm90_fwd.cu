@@ -30,8 +30,8 @@ template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
 template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
 /* O staged in the last K/V stage (consumer 0's in a buffer of its own where
- * it may skip a tile's top block); TOP_SKIP false: the instance for problems
- * with no mask, which never skip (sm90_launch_d256) */
+ * it may skip a tile's top block); TOP_SKIP false: the instance for long
+ * problems with no mask, which never skip (sm90_launch_d256) */
 template <bool BF16, bool SPLIT, bool TOP_SKIP = true>
 using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT, TOP_SKIP>;
 /* e4m3 in, bf16 out. Head dims up to 64 have a kernel of their own (64-byte
