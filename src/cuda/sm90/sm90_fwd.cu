@@ -617,22 +617,22 @@ static fa_status sm90_launch_tail(const fa_problem *p, const Sm90FwdParams &k, c
     return k.tail_first < k.num_tiles ? sm90_launch<Split>(p, k, x) : sm90_launch<Plain>(p, k, x);
 }
 
-/* Head dim 256: batched problems with no causal mask or window, over more
- * than SM90_D256_OWN_O0_MAX_BLOCKS kv blocks, that the plan does not split
- * run an instance without TOP_SKIP and consumer 0's own O buffer, and
- * without the steady loop's masks (only a tile's highest kv block can hold
- * a hidden key). The skip never applies to them; the buffer shortens the
+/* Head dim 256: the split-tail kernel where the plan splits (as
+ * sm90_launch_tail). Else batched problems with no causal mask or window,
+ * over more than SM90_D256_OWN_O0_MAX_BLOCKS kv blocks, run an instance
+ * without TOP_SKIP and consumer 0's own O buffer, and without the steady
+ * loop's masks (only a tile's highest kv block can hold a hidden key). The skip never applies to them; the buffer shortens the
  * tile boundary but gives the steady loop a slower schedule: without it
  * 2k keys ran 0.5-2.4% faster (two H200s), 1k level and 512 2.1% slower
  * (docs/perf/sm90.md, item 120). */
 enum { SM90_D256_OWN_O0_MAX_BLOCKS = 16 };
 template <bool BF16>
 static fa_status sm90_launch_d256(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
-    using Cfg = Sm90CfgD256<BF16, false, false>;
-    if (!p->has_mask && !p->cu_seqlens_q && k.tail_first >= k.num_tiles &&
-        (p->Sk + Cfg::BN - 1) / Cfg::BN > SM90_D256_OWN_O0_MAX_BLOCKS)
-        return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x);
-    return sm90_launch_tail<Sm90CfgD256<BF16, false>, Sm90CfgD256<BF16, true>>(p, k, x);
+    if (k.tail_first < k.num_tiles) return sm90_launch<Sm90CfgD256<BF16, true>>(p, k, x);
+    using Unskipped = Sm90CfgD256<BF16, false, false>;
+    if (!p->has_mask && !p->cu_seqlens_q && (p->Sk + Unskipped::BN - 1) / Unskipped::BN > SM90_D256_OWN_O0_MAX_BLOCKS)
+        return sm90_launch_instance<Sm90SteadyUnmasked<Unskipped>>(p, k, x);
+    return sm90_launch<Sm90CfgD256<BF16, false>>(p, k, x);
 }
 
 template <bool BF16>
