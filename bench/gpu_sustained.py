@@ -11,6 +11,13 @@ the power cap (docs/perf/sm90.md, item 30).
 A cell is D:causal:batch:seqlen (hidden 2048, bf16). Prints, per contender and
 cell, the TFLOP/s of its first 20 calls and of the settled part, and the mean
 SM clock (MHz) and power (W) nvidia-smi read over the settled part.
+
+With --trace MS each cell also gets the window cut into MS-millisecond slices:
+both contenders' TFLOP/s, clock and power slice by slice from the start of
+their load, and ours over cuDNN, which shows where in a load the ratio moves
+(bench/gpu_vs_torch.py times each cell ~0.15-0.2 s into a contender's load).
+--gap-s sets the idle time before each contender (0: straight after the one
+before, as in the grid).
 """
 import argparse
 import datetime
@@ -28,21 +35,23 @@ import gpu_vs_torch as g  # noqa: E402
 
 
 def read_samples(path):
-    """(time of day, MHz, W) rows of an nvidia-smi CSV (timestamp, clocks.sm, power.draw)."""
+    """(time of day, MHz, W, instant W or NaN) rows of an nvidia-smi CSV
+    (timestamp, clocks.sm, power.draw[, power.draw.instant])."""
     rows = []
     with open(path) as f:
         for line in f:
             parts = [x.strip() for x in line.split(",")]
             try:
                 ts = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f")
-                rows.append((ts, float(parts[1].split()[0]), float(parts[2].split()[0])))
+                instant = float(parts[3].split()[0]) if len(parts) > 3 else float("nan")
+                rows.append((ts, float(parts[1].split()[0]), float(parts[2].split()[0]), instant))
             except (ValueError, IndexError):
                 pass  # header or a sample nvidia-smi could not read
     return rows
 
 
 def window_means(rows, t0, t1):
-    """Mean clock and power over the last two thirds of [t0, t1]."""
+    """Mean clock and (averaged) power over the last two thirds of [t0, t1]."""
     sel = [r for r in rows if t0 <= r[0] <= t1]
     sel = sel[len(sel) // 3:]
     if not sel:
@@ -55,13 +64,18 @@ def main():
     ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--cells", default="128:0:1:16384,128:0:4:4096,64:1:16:1024")
+    ap.add_argument("--trace", type=float, default=0.0, help="slice width in ms for a trace of each window (0: none)")
+    ap.add_argument("--gap-s", type=float, default=0.3, help="idle seconds before each contender's window")
     args = ap.parse_args()
 
     lib = g.FlashAttn(args.lib, "cuda")
     samples = tempfile.NamedTemporaryFile(mode="w", suffix=".csv", delete=False)
     csv = samples.name
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader",
-                            "-lms", "20"], stdout=samples, stderr=subprocess.DEVNULL)
+    # power.draw is averaged over about a second on recent drivers; a trace
+    # also asks for the instantaneous reading
+    fields = "timestamp,clocks.sm,power.draw" + (",power.draw.instant" if args.trace > 0 else "")
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=" + fields, "--format=csv,noheader", "-lms", "20"],
+                           stdout=samples, stderr=subprocess.DEVNULL)
     windows = []
     try:
         for cell in args.cells.split(","):
@@ -73,13 +87,16 @@ def main():
                 for _ in range(3):
                     fn()
                 torch.cuda.synchronize()
-                time.sleep(0.3)  # the same (idle) start for every contender
-                t0, times = datetime.datetime.now(), []
-                end = time.time() + args.seconds
+                time.sleep(args.gap_s)  # the same (idle) start for every contender
+                t0, times, starts = datetime.datetime.now(), [], []
+                start = time.time()
+                end = start + args.seconds
                 while time.time() < end:
+                    starts.append(time.time() - start)
                     times.append(g.time_ms(fn, 20))
                 windows.append((cell, name, t0, datetime.datetime.now(), flops / times[0] / 1e9,
-                                flops / statistics.median(times[len(times) // 3:]) / 1e9))
+                                flops / statistics.median(times[len(times) // 3:]) / 1e9,
+                                [(a, flops / b / 1e9) for a, b in zip(starts, times)]))
             del ours, cudnn, fn  # the problem's tensors, held by the two callables
             torch.cuda.empty_cache()
     finally:
@@ -90,9 +107,37 @@ def main():
     rows = read_samples(csv)
     os.unlink(csv)
     print("%-16s %-6s %12s %14s %8s %6s" % ("D:causal:B:S", "who", "first 20 TF", "settled TF", "MHz", "W"))
-    for cell, name, t0, t1, first, settled in windows:
+    for cell, name, t0, t1, first, settled, _ in windows:
         mhz, watts = window_means(rows, t0, t1)
         print("%-16s %-6s %12.0f %14.0f %8.0f %6.0f" % (cell, name, first, settled, mhz, watts))
+    if args.trace > 0:
+        print_traces(windows, rows, args.trace / 1000.0, args.seconds)
+
+
+def slice_means(trace, rows, t0, lo, hi):
+    """Mean TFLOP/s of the timings that started in [lo, hi) seconds into a
+    window, and the mean clock and instantaneous power nvidia-smi read in
+    that slice."""
+    tf = [v for a, v in trace if lo <= a < hi]
+    sel = [r for r in rows if lo <= (r[0] - t0).total_seconds() < hi]
+    return (statistics.mean(tf) if tf else float("nan"), statistics.mean(r[1] for r in sel) if sel else float("nan"),
+            statistics.mean(r[3] for r in sel) if sel else float("nan"))
+
+
+def print_traces(windows, rows, width, seconds):
+    """Per cell, ours and cuDNN slice by slice from the start of each one's load."""
+    by_cell = {}
+    for cell, name, t0, _t1, _f, _s, trace in windows:
+        by_cell.setdefault(cell, {})[name] = (t0, trace)
+    for cell, both in by_cell.items():
+        print("\ntrace %s (slices of %.0f ms from the start of each load)" % (cell, width * 1000))
+        print("%8s | %7s %6s %5s | %7s %6s %5s | %6s" % ("ms", "ours TF", "MHz", "W", "cuDNN", "MHz", "W", "ratio"))
+        lo = 0.0
+        while lo < seconds:
+            a = slice_means(both["ours"][1], rows, both["ours"][0], lo, lo + width)
+            b = slice_means(both["cudnn"][1], rows, both["cudnn"][0], lo, lo + width)
+            print("%8.0f | %7.0f %6.0f %5.0f | %7.0f %6.0f %5.0f | %6.3f" % (lo * 1000, *a, *b, a[0] / b[0]))
+            lo += width
 
 
 if __name__ == "__main__":
