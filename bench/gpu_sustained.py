@@ -7,6 +7,7 @@ the power cap (docs/perf/sm90.md, item 30).
 
     python3 bench/gpu_sustained.py [--lib build/libflashattn.so] [--seconds 1.5]
                                    [--cells 128:0:1:16384,128:0:4:4096,64:1:16:1024]
+                                   [--trace 100] [--gap-s 0.3]
 
 A cell is D:causal:batch:seqlen (hidden 2048, bf16). Prints, per contender and
 cell, the TFLOP/s of its first 20 calls and of the settled part, and the mean
@@ -87,7 +88,7 @@ def main():
                 for _ in range(3):
                     fn()
                 torch.cuda.synchronize()
-                time.sleep(args.gap_s)  # the same (idle) start for every contender
+                time.sleep(args.gap_s)  # the same start for every contender (idle unless --gap-s 0)
                 t0, times, starts = datetime.datetime.now(), [], []
                 start = time.time()
                 end = start + args.seconds
