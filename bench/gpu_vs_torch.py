@@ -315,7 +315,8 @@ def main():
 
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "backend": args.backend,
             "cudnn": torch.backends.cudnn.version(), "warmup": args.warmup, "reps": args.reps,
-            "timing": list(modes), "burst": args.burst, "settle_ms": args.settle_ms, "orders": [list(o) for o in orders]}
+            "timing": list(modes), "burst": args.burst, "settle_ms": args.settle_ms,
+            "orders": [list(o) for o in orders]}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu_vs_torch.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -621,10 +621,11 @@ static fa_status sm90_launch_tail(const fa_problem *p, const Sm90FwdParams &k, c
  * sm90_launch_tail). Else batched problems with no causal mask or window,
  * over more than SM90_D256_OWN_O0_MAX_BLOCKS kv blocks, run an instance
  * without TOP_SKIP and consumer 0's own O buffer, and without the steady
- * loop's masks (only a tile's highest kv block can hold a hidden key). The skip never applies to them; the buffer shortens the
- * tile boundary but gives the steady loop a slower schedule: without it
- * 2k keys ran 0.5-2.4% faster (two H200s), 1k level and 512 2.1% slower
- * (docs/perf/sm90.md, item 120). */
+ * loop's masks (only a tile's highest kv block can hold a hidden key). The
+ * skip never applies to them; the buffer shortens the tile boundary but
+ * gives the steady loop a slower schedule: without it 2k keys ran 0.5-2.4%
+ * faster (two H200s), 1k level and 512 2.1% slower (docs/perf/sm90.md,
+ * item 120). */
 enum { SM90_D256_OWN_O0_MAX_BLOCKS = 16 };
 template <bool BF16>
 static fa_status sm90_launch_d256(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
