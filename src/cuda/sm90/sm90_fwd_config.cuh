@@ -323,6 +323,15 @@ struct Sm90FwdConfig {
     static constexpr bool STEADY_UNMASKED_OWN_KERNEL =
         P_SMEM || (CONSUMERS == 2 && !FP8 && !SPLIT_TAIL_);
     static constexpr bool STEADY_MASKS = true;
+    /* A tile's first block split at its middle key where a warp's rows allow
+     * it (the causal diagonal on block edges): where no row of the warp sees
+     * the upper half (consumer 0), masked, maxed and exponentiated over the
+     * lower half only, zeros packed for the rest (sm90_first_probs_half);
+     * where every row sees the lower half (consumer 1), masked over the
+     * upper half only (sm90_first_probs_upper). The two-consumer
+     * head-dim-64 kernel's instance without the steady loop's masks
+     * (docs/perf/sm90.md, item 136). */
+    static constexpr bool HALF_DIAG = false;
     /* The split-tail kernel only as its instance without the steady loop's
      * masks and without the softcap: the other two spill with the merge
      * (4 bytes). The host splits only problems that instance takes. */
@@ -365,11 +374,17 @@ struct Sm90FwdConfig {
     static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
     static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: an int4 per consumer */
     static constexpr int OFF_ONES = OFF_MAIL + 16 * MAILBOXES; /* LAG_MAX: the block of ones */
-    static constexpr int OFF_BAR = OFF_ONES + ONES_BYTES;
+    /* EXP_TURN: a word per consumer thread (its first block's row sums) and
+     * a zero word, which pin a tile's first exponentials inside their turn
+     * (sm90_exp_turn) */
+    static constexpr int PIN_BYTES = EXP_TURN ? CONSUMERS * 128 * 4 + 16 : 0;
+    static constexpr int OFF_PIN = OFF_ONES + ONES_BYTES;
+    static constexpr int OFF_BAR = OFF_PIN + PIN_BYTES;
     /* q_full[], q_empty[], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
     static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES + 2 * MAILBOXES;
     static constexpr int SMEM_BYTES =
-        sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES, ONES_BYTES);
+        sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES,
+                            ONES_BYTES + PIN_BYTES);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
@@ -396,6 +411,7 @@ template <class Cfg> struct Sm90Softcap : Cfg {
 /* A config whose steady loop has no mask code (see STEADY_UNMASKED_OWN_KERNEL). */
 template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
     static constexpr bool STEADY_MASKS = false;
+    static constexpr bool HALF_DIAG = Cfg::EXP_TURN;
     /* without the mask code there is room for uniform Q descriptors at head dim 256 too */
     static constexpr bool Q_DESC_UNIFORM = true;
 };

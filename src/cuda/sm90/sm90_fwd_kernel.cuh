@@ -97,6 +97,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     int4 *mailbox = reinterpret_cast<int4 *>(smem + Cfg::OFF_MAIL) + wg;
     uint64_t *o_full = v_empty + Cfg::STAGES + wg, *o_empty = v_empty + Cfg::STAGES + Cfg::MAILBOXES + wg;
     uint32_t tiles_done = 0; /* this warpgroup's epilogues so far */
+    /* EXP_TURN: what pins a tile's first exponentials inside their turn */
+    const Sm90ExpPin exp_pin{reinterpret_cast<float *>(smem + Cfg::OFF_PIN) + wg * 128 + tid,
+                             reinterpret_cast<const int *>(smem + Cfg::OFF_PIN) + Cfg::CONSUMERS * 128};
 
     Sm90Tile tile, next_tile;
     int t = sm90_next_work_tile<Cfg>(p, sm90_first_tile<Cfg>(p), wg, tid, &tile);
@@ -231,8 +234,24 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, split_now(), release);
             row_max[0] = row_max[1] = -INFINITY;
             row_sum[0] = row_sum[1] = 0.f;
-            sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
-            if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
+            const Sm90ExpPin *first_pin = Cfg::EXP_TURN ? &exp_pin : nullptr;
+            /* HALF_DIAG: no row of this warp sees the block's upper half
+             * (P is packed there), or every row sees its lower half */
+            if (Cfg::HALF_DIAG && rows.cap_pre == 0.f &&
+                __all_sync(0xffffffffu, max(rows.key_hi[0], rows.key_hi[1]) <= n * Cfg::BN + Cfg::BN / 2)) {
+                sm90_first_probs_half<Cfg>(S, P[0], rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
+                                           first_pin);
+            } else if (Cfg::HALF_DIAG && rows.cap_pre == 0.f &&
+                       __all_sync(0xffffffffu, min(rows.key_hi[0], rows.key_hi[1]) >= n * Cfg::BN + Cfg::BN / 2 &&
+                                                   max(rows.key_lo[0], rows.key_lo[1]) <= n * Cfg::BN)) {
+                sm90_first_probs_upper<Cfg>(S, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
+                                            first_pin);
+                if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
+            } else {
+                sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
+                                          first_pin);
+                if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
+            }
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
             it += ring_step;
@@ -478,6 +497,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
             reinterpret_cast<uint32_t *>(smem + Cfg::OFF_ONES)[threadIdx.x] = Cfg::BF16 ? 0x3F803F80u : 0x3C003C00u;
             fence_proxy_async_smem();
         }
+    if (Cfg::EXP_TURN && threadIdx.x == 0) /* the zero word of Sm90ExpPin */
+        reinterpret_cast<int *>(smem + Cfg::OFF_PIN)[Cfg::CONSUMERS * 128] = 0;
     __syncthreads();
     /* broadcast from lane 0: the compiler then knows the warpgroup index (and
      * the shared-memory addresses made from it) to be warp-uniform, and keeps

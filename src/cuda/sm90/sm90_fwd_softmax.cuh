@@ -118,7 +118,7 @@ __device__ __forceinline__ uint32_t sm90_scores_below(int cols) {
  * two prefixes (one without CHECK_LO), whose bits ptxas moves to predicates
  * seven at a time (R2P): a select a score. Else a compare per score and key
  * bound, and a select. */
-template <class Cfg, bool CHECK_LO>
+template <class Cfg, bool CHECK_LO, int SCORES = Cfg::BN / 4, int FIRST = 0>
 __device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_lo, const int *key_hi, int quad_col) {
     if constexpr (Cfg::MASK_BITS) {
         const int col0 = n * Cfg::BN + quad_col; /* key of the thread's score k = 0 */
@@ -128,7 +128,7 @@ __device__ __forceinline__ void sm90_mask_block(float *S, int n, const int *key_
             uint32_t visible = low_bits_u32(sm90_scores_below(key_hi[h] - col0));
             if (CHECK_LO) visible &= ~low_bits_u32(sm90_scores_below(key_lo[h] - col0));
 #pragma unroll
-            for (int k = 0; k < Cfg::BN / 4; ++k)
+            for (int k = FIRST; k < SCORES; ++k) /* (scores [FIRST, SCORES) of a row half only) */
                 if (!(visible & (1u << k))) S[4 * (k / 2) + 2 * h + k % 2] = -INFINITY;
         }
     } else {
@@ -151,7 +151,7 @@ __device__ __forceinline__ int sm90_score_bits(const float *S, int h, int k) {
 /* This thread's max of each of its two rows over an S block and the running
  * max, in four independent chains per row and a tree (short dependency
  * chains). For masked blocks, whose hidden scores are -inf. */
-template <class Cfg>
+template <class Cfg, int REGS = Cfg::BN / 2>
 __device__ __forceinline__ void sm90_thread_row_max_masked(const float *S, const float *row_max, float *mx) {
     float part[2][4];
 #pragma unroll
@@ -159,7 +159,7 @@ __device__ __forceinline__ void sm90_thread_row_max_masked(const float *S, const
 #pragma unroll
         for (int j = 0; j < 4; ++j) part[h][j] = row_max[h];
 #pragma unroll
-    for (int i = 0; i < Cfg::BN / 2; ++i) part[(i / 2) % 2][(i / 4) % 4] = fmaxf(part[(i / 2) % 2][(i / 4) % 4], S[i]);
+    for (int i = 0; i < REGS; ++i) part[(i / 2) % 2][(i / 4) % 4] = fmaxf(part[(i / 2) % 2][(i / 4) % 4], S[i]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) mx[h] = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
 }
@@ -242,12 +242,12 @@ __device__ __forceinline__ void sm90_softmax_max(const float *thread_max, float 
 /* Step two: exp2 into S, and the row sums rescaled and grown by the block's
  * (per-thread partial sums, two chains per row; the quad is reduced once in
  * the epilogue). */
-template <class Cfg>
+template <class Cfg, int REGS = Cfg::BN / 2>
 __device__ __forceinline__ void sm90_softmax_exp(float *S, const float *sub, const float *rescale, float *row_sum,
                                                  float scale_log2) {
     float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
-    for (int i = 0; i < Cfg::BN / 2; ++i) {
+    for (int i = 0; i < REGS; ++i) {
         int h = (i / 2) % 2;
         S[i] = fast_exp2(fmaf(S[i], scale_log2, -sub[h]));
         sum[h][(i / 4) % 2] += S[i];
@@ -426,20 +426,83 @@ __device__ __forceinline__ void sm90_scores_to_max(float *S, const Sm90FwdParams
     sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2, r.lag);
 }
 
+/* EXP_TURN: what pins a tile's first block's exponentials inside their
+ * turn (sm90_exp_turn). */
+struct Sm90ExpPin {
+    float *sum;       /* this thread's word */
+    const int *zero;  /* a word that holds 0 */
+};
+
+/* The exponentials (sm90_softmax_exp over the first REGS registers) inside
+ * the consumers' exponentials' turn (EXP_TURN). pin: held inside it. ptxas
+ * moves register-only work across bar.sync and bar.arrive, and where a
+ * tile's first block lets its exponentials out of the turn both consumers
+ * issue theirs at once at every tile boundary and stall on the MIO queue
+ * the exp unit is fed from (docs/perf/sm90.md, item 130): a load made after
+ * the sync is or'ed into what they subtract (it is zero), and their sums
+ * are stored before the hand-on. */
+template <class Cfg, int REGS = Cfg::BN / 2>
+__device__ __forceinline__ void sm90_exp_turn(float *S, float *sub, const float *rescale, float *row_sum,
+                                              float scale_log2, int my_exp, int next_exp, const Sm90ExpPin *pin) {
+    if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, TURN_THREADS);
+    if (Cfg::EXP_TURN && pin) {
+        const int zero = *reinterpret_cast<volatile const int *>(pin->zero);
+        sub[0] = __int_as_float(__float_as_int(sub[0]) | zero);
+        sub[1] = __int_as_float(__float_as_int(sub[1]) | zero);
+    }
+    sm90_softmax_exp<Cfg, REGS>(S, sub, rescale, row_sum, scale_log2);
+    if (Cfg::EXP_TURN && pin) *reinterpret_cast<volatile float *>(pin->sum) = row_sum[0] + row_sum[1];
+    if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, TURN_THREADS);
+}
+
 /* Block n's scores to probabilities: softcap, mask, the online softmax; with
  * EXP_TURN a handshake between the consumers (sync on my_exp, arrive on
  * next_exp) brackets the exponentials in the source, though ptxas does not
- * keep them inside it (see EXP_TURN); the ids are made once, outside the
- * loop. */
+ * keep them inside it (see EXP_TURN) unless pinned; the ids are made once,
+ * outside the loop. */
 template <class Cfg, bool MAY_MASK = true>
 __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdParams &p, const Sm90RowSetup &r, int n,
                                                      float *row_max, float *row_sum, float *rescale, int quad_col,
-                                                     int my_exp, int next_exp) {
+                                                     int my_exp, int next_exp, const Sm90ExpPin *pin = nullptr) {
     float sub[2];
     sm90_scores_to_max<Cfg, MAY_MASK>(S, p, r, n, row_max, rescale, sub, quad_col);
-    if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, TURN_THREADS);
-    sm90_softmax_exp<Cfg>(S, sub, rescale, row_sum, r.s_log2);
-    if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, TURN_THREADS);
+    sm90_exp_turn<Cfg>(S, sub, rescale, row_sum, r.s_log2, my_exp, next_exp, pin);
+}
+
+/* HALF_DIAG: a tile's first block n (the row maxima and sums start afresh),
+ * where every row of this warp sees the block's whole lower half and no key
+ * below the block (the causal diagonal on block edges, for consumer 1): the
+ * selects of the mask cover the upper half's scores only, half of them
+ * (docs/perf/sm90.md, item 136). No softcap (the caller checks). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_first_probs_upper(float *S, const Sm90RowSetup &r, int n, float *row_max,
+                                                       float *row_sum, float *rescale, int quad_col, int my_exp,
+                                                       int next_exp, const Sm90ExpPin *pin) {
+    sm90_mask_block<Cfg, false, Cfg::BN / 4, Cfg::BN / 8>(S, n, r.key_lo, r.key_hi, quad_col);
+    float thread_max[2], sub[2];
+    sm90_thread_row_max_masked<Cfg>(S, row_max, thread_max);
+    sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2, r.lag);
+    sm90_exp_turn<Cfg>(S, sub, rescale, row_sum, r.s_log2, my_exp, next_exp, pin);
+}
+
+/* HALF_DIAG: a tile's first block n (the row maxima and sums start afresh),
+ * where no row of this warp sees a key of the block's upper half: the
+ * lower half's scores (registers 0 .. BN/4 - 1) are masked, maxed and
+ * exponentiated, and P packed from them, with zeros for the upper half,
+ * whose exponentials would all be 0 (item 132: only an exponential not
+ * issued spares the exp unit). No softcap (the caller checks). */
+template <class Cfg>
+__device__ __forceinline__ void sm90_first_probs_half(float *S, uint32_t *P, const Sm90RowSetup &r, int n,
+                                                      float *row_max, float *row_sum, float *rescale, int quad_col,
+                                                      int my_exp, int next_exp, const Sm90ExpPin *pin) {
+    constexpr int REGS = Cfg::BN / 4; /* the lower half's registers */
+    sm90_mask_block<Cfg, false, Cfg::BN / 8>(S, n, r.key_lo, r.key_hi, quad_col);
+    float thread_max[2], sub[2];
+    sm90_thread_row_max_masked<Cfg, REGS>(S, row_max, thread_max);
+    sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2, r.lag);
+    sm90_exp_turn<Cfg, REGS>(S, sub, rescale, row_sum, r.s_log2, my_exp, next_exp, pin);
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = i < REGS / 2 ? pack2<elem16_t<Cfg::BF16>>(S[2 * i], S[2 * i + 1]) : 0u;
 }
 
 #endif /* FA_SM90_FWD_SOFTMAX_CUH */
