@@ -489,8 +489,9 @@ __device__ __forceinline__ void sm90_first_probs_upper(float *S, const Sm90RowSe
  * where no row of this warp sees a key of the block's upper half: the
  * lower half's scores (registers 0 .. BN/4 - 1) are masked, maxed and
  * exponentiated, and P packed from them, with zeros for the upper half,
- * whose exponentials would all be 0 (item 132: only an exponential not
- * issued spares the exp unit). No softcap (the caller checks). */
+ * whose exponentials would all be 0 (only an exponential not issued spares
+ * the exp unit: docs/perf/sm90.md, item 132). No softcap (the caller
+ * checks). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_first_probs_half(float *S, uint32_t *P, const Sm90RowSetup &r, int n,
                                                       float *row_max, float *row_sum, float *rescale, int quad_col,
