@@ -353,6 +353,15 @@ static void heads_and_layouts(fa_dtype dt) {
     c.layout = FT_QKV0;
     c.opts.causal = 1;
     run_case(&c);
+    /* Head dim 64 causal: three heads a batch over 448 rows (a last query
+     * block of 64 rows on 128-row tiles), then the diagonal 64 keys off the
+     * 128-key block edges. */
+    c = make("three heads, short last block causal", dt, 2, 448, 448, 3, 1, 64, 64);
+    c.opts.causal = 1;
+    run_case(&c);
+    c = make("diagonal between block edges causal", dt, 1, 320, 384, 2, 2, 64, 64);
+    c.opts.causal = 1;
+    run_case(&c);
 }
 
 /* Scores far from the unit scale, one row per case (batch 1, D = Dv).
@@ -430,6 +439,11 @@ static void options(fa_dtype dt) {
     run_case(&c);
     c = make("softcap 30 causal", dt, 1, 130, 130, 2, 2, 128, 128);
     c.opts.softcap = 30.0f;
+    c.opts.causal = 1;
+    run_case(&c);
+    c = make("softcap 10 head dim 64 causal", dt, 2, 256, 256, 1, 1, 64, 64);
+    c.opts.softcap = 10.0f;
+    c.pattern = PAT_LARGE;
     c.opts.causal = 1;
     run_case(&c);
     c = make("alibi per head", dt, 1, 113, 203, 4, 2, 64, 64);
