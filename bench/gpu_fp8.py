@@ -11,8 +11,14 @@ beside two references timed in the same process:
 Shapes: head dim 128, 16 heads, (batch, seqlen) = (16,1k) (4,4k) (2,8k)
 (1,16k) (--seqlens picks others: batch x seqlen = 16k), causal and not
 (--causal no|yes picks one); q, k, v standard normal in e4m3 (no descales),
-bf16 output. Each contender first runs on its own for --settle-ms, then
---reps timings of --burst back-to-back calls each; the median is reported.
+bf16 output. A cell is timed in --passes passes (default 4), ours then
+cuDNN, then cuDNN then ours, in turn; in each pass a contender first runs on
+its own for --settle-ms, then takes --reps timings of --burst back-to-back
+calls each. The median over all passes' timings is reported, and beside it
+the lowest and highest pass median: the H200's clock dips at its power cap
+(5-12% for 100-200 ms about once a second, docs/perf/sm90.md item 125) can
+cover one pass of a contender, and the median of several passes keeps the
+reading off it.
 The GEMM ceiling is timed after the attention cells: timed first, it left
 the board so hot that the first cell, e4m3 at 512, read anywhere from 468
 to 639 TFLOP/s from run to run after its 300 ms of settling, against a
@@ -40,6 +46,21 @@ def median_ms(fn, reps, burst, settle_ms):
     return statistics.median(time_ms(fn, burst) for _ in range(reps))
 
 
+def passes_ms(fns, passes, reps, burst, settle_ms):
+    """Per contender (dict name -> callable): the median of its timings
+    over `passes` passes, the contenders in the dict's order in even passes
+    and reversed in odd ones, and the lowest and highest pass median."""
+    times = {n: [] for n in fns}
+    names = list(fns)
+    for i in range(passes):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            settle(fns[n], settle_ms)
+            times[n].append([time_ms(fns[n], burst) for _ in range(reps)])
+    return {n: (statistics.median(t for p in per_pass for t in p),
+                min(statistics.median(p) for p in per_pass), max(statistics.median(p) for p in per_pass))
+            for n, per_pass in times.items()}
+
+
 def gemm_tflops(reps, burst, settle_ms):
     n = 8192
     a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
@@ -52,7 +73,8 @@ def gemm_tflops(reps, burst, settle_ms):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build/libflashattn.so")
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=10, help="timings per contender and pass")
+    ap.add_argument("--passes", type=int, default=4, help="passes over a cell's two contenders (see above)")
     ap.add_argument("--burst", type=int, default=10)
     ap.add_argument("--settle-ms", type=float, default=300.0)
     ap.add_argument("--seqlens", default="1024,4096,8192,16384", help="sequence lengths (batch = 16384 / seqlen)")
@@ -79,10 +101,12 @@ def main():
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             fl = flops_fwd(B, H, S, D, causal)
-            t_ours = fl / median_ms(ours, args.reps, args.burst, args.settle_ms) / 1e9
-            t_cudnn = fl / median_ms(cudnn, args.reps, args.burst, args.settle_ms) / 1e9
+            ms = passes_ms({"ours": ours, "cudnn": cudnn}, args.passes, args.reps, args.burst, args.settle_ms)
+            t_ours, t_cudnn = (fl / ms[n][0] / 1e9 for n in ("ours", "cudnn"))
             rows.append((causal, B, S, t_ours, t_cudnn))
-            print("# causal %d, %d x %d: e4m3 ours %.1f, bf16 cuDNN %.1f TFLOP/s" % rows[-1])
+            print("# causal %d, %d x %d: e4m3 ours %.1f (passes %.1f-%.1f), bf16 cuDNN %.1f (passes %.1f-%.1f) TFLOP/s" % (
+                causal, B, S, t_ours, fl / ms["ours"][2] / 1e9, fl / ms["ours"][1] / 1e9,
+                t_cudnn, fl / ms["cudnn"][2] / 1e9, fl / ms["cudnn"][1] / 1e9))
             sys.stdout.flush()
     gemm = gemm_tflops(args.reps, args.burst, args.settle_ms)
     print("# e4m3 GEMM ceiling (torch._scaled_mm, 8192^3, timed last): %.0f TFLOP/s" % gemm)
