@@ -25,12 +25,13 @@ test: build ctest pytest
 ctest:
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
-# The Python tests run in a private virtual environment holding only what they need.
+# The Python tests run in a private virtual environment holding only what they need;
+# bench/tests runs the GPU benchmark scripts' logic against a stand-in for torch.
 pytest: build
 	@if [ ! -x $(PYENV)/bin/python ]; then $(PYTHON) -m venv $(PYENV); fi
 	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check numpy pytest ml_dtypes
 	FLASHATTN_LIBRARY=$(abspath $(BUILD))/libflashattn.so PYTHONPATH=$(abspath python) \
-	  $(PYENV)/bin/python -m pytest -q python/tests
+	  $(PYENV)/bin/python -m pytest -q python/tests bench/tests
 
 # The C suite under AddressSanitizer and UndefinedBehaviorSanitizer (CPU only).
 sanitize:

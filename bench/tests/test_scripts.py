@@ -1,0 +1,59 @@
+"""The GPU benchmark scripts' own logic, run against a stand-in for torch
+(bench/tests/torch_standin.py): the passes, their orders, the outputs."""
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_standin.py")
+
+
+def run(tmp_path, script, *args):
+    """Runs a script; returns its stdout and the names of its kernel calls, in order."""
+    calls = tmp_path / "calls"
+    env = dict(os.environ, STANDIN_CALLS=str(calls))
+    r = subprocess.run([sys.executable, STANDIN, script, *args], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout, calls.read_text().split("\n")
+
+
+def runs(names):
+    """The names with repeats merged: a, a, b, a -> a, b, a."""
+    return [n for n, _ in itertools.groupby(names)]
+
+
+def test_grid_alternates_orders_over_passes(tmp_path):
+    out, calls = run(tmp_path, "gpu_vs_torch", "--dims", "64", "--causal", "yes", "--max-seqlen", "512", "--no-bwd",
+                     "--timing", "stream", "--passes", "4", "--reps", "2", "--settle-ms", "0", "--out", str(tmp_path))
+    # four passes: ours, FA2, cuDNN; cuDNN, FA2, ours; and again; then the spot check's call of ours
+    assert runs(calls)[-9:] == ["ours", "fa2", "cudnn", "fa2", "ours", "fa2", "cudnn", "fa2", "ours"]
+    data = json.loads((tmp_path / "gpu_vs_torch.json").read_text())
+    assert data["meta"]["passes"] == 4 and data["meta"]["reps"] == 2
+    (row,) = data["rows"]
+    for name in ("ours", "fa2", "cudnn"):
+        r = row["results"][name]["stream"]
+        assert len(r["fwd_pass_ms"]) == 4
+        assert min(r["fwd_pass_ms"]) <= r["fwd_ms"] <= max(r["fwd_pass_ms"])
+    assert "# forward, stream timing: " in out and "of 1 cells at >= 1.05x cuDNN" in out
+
+
+def test_grid_one_order(tmp_path):
+    _, calls = run(tmp_path, "gpu_vs_torch", "--dims", "128", "--causal", "no", "--max-seqlen", "512", "--no-bwd",
+                   "--timing", "single", "--order", "cudnn,ours,fa2", "--passes", "2", "--reps", "1",
+                   "--settle-ms", "0", "--out", str(tmp_path))
+    assert runs(calls)[-7:] == ["cudnn", "ours", "fa2", "cudnn", "ours", "fa2", "ours"]
+
+
+def test_grid_rejects_no_passes(tmp_path):
+    r = subprocess.run([sys.executable, STANDIN, "gpu_vs_torch", "--passes", "0", "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "--passes" in r.stderr
+
+
+def test_fp8_alternates_over_passes(tmp_path):
+    out, calls = run(tmp_path, "gpu_fp8", "--seqlens", "16384", "--causal", "no", "--passes", "3", "--reps", "2",
+                     "--settle-ms", "0")
+    assert runs(calls) == ["ours", "cudnn", "ours", "cudnn", "gemm"]  # ours, cuDNN; cuDNN, ours; ours, cuDNN
+    line = next(x for x in out.splitlines() if x.startswith("# causal 0, 1 x 16384"))
+    assert line.count("passes ") == 2
