@@ -38,27 +38,13 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_vs_torch import MASKS, FlashAttn, flops_fwd, settle, time_ms  # noqa: E402
+from gpu_vs_torch import MASKS, FlashAttn, flops_fwd, pooled_median, settle, time_ms, time_passes  # noqa: E402
 
 
 def median_ms(fn, reps, burst, settle_ms):
     settle(fn, settle_ms)
     return statistics.median(time_ms(fn, burst) for _ in range(reps))
 
-
-def passes_ms(fns, passes, reps, burst, settle_ms):
-    """Per contender (dict name -> callable): the median of its timings
-    over `passes` passes, the contenders in the dict's order in even passes
-    and reversed in odd ones, and the lowest and highest pass median."""
-    times = {n: [] for n in fns}
-    names = list(fns)
-    for i in range(passes):
-        for n in (names if i % 2 == 0 else names[::-1]):
-            settle(fns[n], settle_ms)
-            times[n].append([time_ms(fns[n], burst) for _ in range(reps)])
-    return {n: (statistics.median(t for p in per_pass for t in p),
-                min(statistics.median(p) for p in per_pass), max(statistics.median(p) for p in per_pass))
-            for n, per_pass in times.items()}
 
 
 def gemm_tflops(reps, burst, settle_ms):
@@ -101,12 +87,15 @@ def main():
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             fl = flops_fwd(B, H, S, D, causal)
-            ms = passes_ms({"ours": ours, "cudnn": cudnn}, args.passes, args.reps, args.burst, args.settle_ms)
-            t_ours, t_cudnn = (fl / ms[n][0] / 1e9 for n in ("ours", "cudnn"))
-            rows.append((causal, B, S, t_ours, t_cudnn))
+            times = time_passes({"ours": ours, "cudnn": cudnn}, (("ours", "cudnn"), ("cudnn", "ours")), args.passes,
+                                args.reps, args.burst, args.settle_ms)
+            tf = {}  # TFLOP/s: the pooled figure, then each pass's
+            for n, per_pass in times.items():
+                tf[n] = [fl / pooled_median(per_pass) / 1e9] + [fl / statistics.median(p) / 1e9 for p in per_pass]
+            rows.append((causal, B, S, tf["ours"][0], tf["cudnn"][0]))
             print("# causal %d, %d x %d: e4m3 ours %.1f (passes %.1f-%.1f), bf16 cuDNN %.1f (passes %.1f-%.1f) TFLOP/s" % (
-                causal, B, S, t_ours, fl / ms["ours"][2] / 1e9, fl / ms["ours"][1] / 1e9,
-                t_cudnn, fl / ms["cudnn"][2] / 1e9, fl / ms["cudnn"][1] / 1e9))
+                causal, B, S, tf["ours"][0], min(tf["ours"][1:]), max(tf["ours"][1:]),
+                tf["cudnn"][0], min(tf["cudnn"][1:]), max(tf["cudnn"][1:])))
             sys.stdout.flush()
     gemm = gemm_tflops(args.reps, args.burst, args.settle_ms)
     print("# e4m3 GEMM ceiling (torch._scaled_mm, 8192^3, timed last): %.0f TFLOP/s" % gemm)

@@ -196,9 +196,23 @@ ORDERS = (("ours", "fa2", "cudnn"), ("cudnn", "fa2", "ours"))
 MASKS = {"both": (False, True), "no": (False,), "yes": (True,)}
 
 
-def pass_orders(orders, passes):
-    """The order of each of `passes` passes: the given orders in turn."""
-    return [orders[i % len(orders)] for i in range(passes)]
+def time_passes(fns, orders, passes, reps, calls, settle_ms):
+    """Times the contenders (dict name -> callable) in `passes` passes, the
+    orders (tuples of names; names not in fns are passed over) in turn; in
+    each pass a contender settles first (see settle), then takes `reps`
+    timings of `calls` calls. Per contender, one list of timings a pass."""
+    times = {n: [] for n in fns}
+    for i in range(passes):
+        for n in orders[i % len(orders)]:
+            if n in fns:
+                settle(fns[n], settle_ms)  # its own clock, not the one the previous contender left
+                times[n].append([time_ms(fns[n], calls) for _ in range(reps)])
+    return times
+
+
+def pooled_median(per_pass):
+    """The median of all passes' timings together."""
+    return statistics.median(t for p in per_pass for t in p)
 
 
 def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_ms, orders=ORDERS, passes=4):
@@ -249,15 +263,9 @@ def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_
         fl = flops_fwd(B, H, S, D, causal) * (2.5 if kind == "bwd" else 1.0)
         for mode in modes:
             calls = burst if mode == "stream" else 1
-            times = {n: [] for n in fns}  # per contender, one list of timings a pass
-            for order in pass_orders(orders, passes):  # the orders in turn, the timings pooled (see --passes)
-                for n in order:
-                    if n not in fns:
-                        continue
-                    settle(fns[n], settle_ms)  # its own clock, not the one the previous contender left
-                    times[n].append([time_ms(fns[n], calls) for _ in range(reps)])
+            times = time_passes(fns, orders, passes, reps, calls, settle_ms)  # the timings pooled (see --passes)
             for n, per_pass in times.items():
-                ms = statistics.median(t for p in per_pass for t in p)
+                ms = pooled_median(per_pass)
                 r = res.setdefault(n, {}).setdefault(mode, {})
                 r[kind + "_ms"] = ms
                 r[kind + "_tflops"] = fl / ms / 1e9

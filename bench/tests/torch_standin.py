@@ -22,13 +22,7 @@ class Tensor:
     def __init__(self, *shape, **kw):
         self.dtype = kw.get("dtype")
 
-    def transpose(self, *dims):
-        return self
-
-    detach = requires_grad_ = float = abs = max = t = lambda self, *a: self
-
-    def to(self, *a, **kw):
-        return self
+    transpose = detach = requires_grad_ = float = abs = max = t = to = lambda self, *a, **kw: self
 
     def __sub__(self, other):
         return self

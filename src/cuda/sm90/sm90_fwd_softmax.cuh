@@ -469,39 +469,45 @@ __device__ __forceinline__ void sm90_scores_to_probs(float *S, const Sm90FwdPara
     sm90_exp_turn<Cfg>(S, sub, rescale, row_sum, r.s_log2, my_exp, next_exp, pin);
 }
 
-/* HALF_DIAG: a tile's first block n (the row maxima and sums start afresh),
- * where every row of this warp sees the block's whole lower half and no key
- * below the block (the causal diagonal on block edges, for consumer 1): the
- * selects of the mask cover the upper half's scores only, half of them
- * (docs/perf/sm90.md, item 136). No softcap (the caller checks). */
+/* HALF_DIAG: a tile's first block n (the row maxima and sums start afresh)
+ * on the causal diagonal on block edges, in one of two halves
+ * (docs/perf/sm90.md, item 136). The mask's selects cover the scores
+ * [MASK_FIRST, MASK_END) of a row half, the row max and the exponentials
+ * the first REGS registers of S. No softcap (the caller checks). */
+template <class Cfg, int MASK_FIRST, int MASK_END, int REGS>
+__device__ __forceinline__ void sm90_first_probs_part(float *S, const Sm90RowSetup &r, int n, float *row_max,
+                                                      float *row_sum, float *rescale, int quad_col, int my_exp,
+                                                      int next_exp, const Sm90ExpPin *pin) {
+    sm90_mask_block<Cfg, false, MASK_END, MASK_FIRST>(S, n, r.key_lo, r.key_hi, quad_col);
+    float thread_max[2], sub[2];
+    sm90_thread_row_max_masked<Cfg, REGS>(S, row_max, thread_max);
+    sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2, r.lag);
+    sm90_exp_turn<Cfg, REGS>(S, sub, rescale, row_sum, r.s_log2, my_exp, next_exp, pin);
+}
+
+/* HALF_DIAG, where every row of this warp sees the block's whole lower half
+ * and no key below the block (consumer 1): the selects of the mask cover the
+ * upper half's scores only. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_first_probs_upper(float *S, const Sm90RowSetup &r, int n, float *row_max,
                                                        float *row_sum, float *rescale, int quad_col, int my_exp,
                                                        int next_exp, const Sm90ExpPin *pin) {
-    sm90_mask_block<Cfg, false, Cfg::BN / 4, Cfg::BN / 8>(S, n, r.key_lo, r.key_hi, quad_col);
-    float thread_max[2], sub[2];
-    sm90_thread_row_max_masked<Cfg>(S, row_max, thread_max);
-    sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2, r.lag);
-    sm90_exp_turn<Cfg>(S, sub, rescale, row_sum, r.s_log2, my_exp, next_exp, pin);
+    sm90_first_probs_part<Cfg, Cfg::BN / 8, Cfg::BN / 4, Cfg::BN / 2>(S, r, n, row_max, row_sum, rescale, quad_col,
+                                                                        my_exp, next_exp, pin);
 }
 
-/* HALF_DIAG: a tile's first block n (the row maxima and sums start afresh),
- * where no row of this warp sees a key of the block's upper half: the
- * lower half's scores (registers 0 .. BN/4 - 1) are masked, maxed and
- * exponentiated, and P packed from them, with zeros for the upper half,
- * whose exponentials would all be 0 (only an exponential not issued spares
- * the exp unit: docs/perf/sm90.md, item 132). No softcap (the caller
- * checks). */
+/* HALF_DIAG, where no row of this warp sees a key of the block's upper half
+ * (consumer 0): the lower half's scores (registers 0 .. BN/4 - 1) are
+ * masked, maxed and exponentiated, and P packed from them, with zeros for
+ * the upper half, whose exponentials would all be 0 (only an exponential not
+ * issued spares the exp unit: docs/perf/sm90.md, item 132). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_first_probs_half(float *S, uint32_t *P, const Sm90RowSetup &r, int n,
                                                       float *row_max, float *row_sum, float *rescale, int quad_col,
                                                       int my_exp, int next_exp, const Sm90ExpPin *pin) {
     constexpr int REGS = Cfg::BN / 4; /* the lower half's registers */
-    sm90_mask_block<Cfg, false, Cfg::BN / 8>(S, n, r.key_lo, r.key_hi, quad_col);
-    float thread_max[2], sub[2];
-    sm90_thread_row_max_masked<Cfg, REGS>(S, row_max, thread_max);
-    sm90_softmax_max<Cfg>(thread_max, row_max, rescale, sub, r.s_log2, r.lag);
-    sm90_exp_turn<Cfg, REGS>(S, sub, rescale, row_sum, r.s_log2, my_exp, next_exp, pin);
+    sm90_first_probs_part<Cfg, 0, Cfg::BN / 8, REGS>(S, r, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
+                                                     pin);
 #pragma unroll
     for (int i = 0; i < Cfg::BN / 4; ++i) P[i] = i < REGS / 2 ? pack2<elem16_t<Cfg::BF16>>(S[2 * i], S[2 * i + 1]) : 0u;
 }
