@@ -11,6 +11,17 @@
 #include <cuda.h>
 #include <stdint.h>
 
+/* Whether the consumers zero their P V accumulators before the first tile
+ * (sm90_consumer): needed by the ptxas of CUDA 12.8 and older, which else
+ * serialise the kernels' wgmmas. Defined on the command line to force it. */
+#ifndef FA_SM90_ZERO_ACCUMULATORS
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ < 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ < 9))
+#define FA_SM90_ZERO_ACCUMULATORS 1
+#else
+#define FA_SM90_ZERO_ACCUMULATORS 0
+#endif
+#endif
+
 /* Division by a divisor fixed per launch, for 0 <= x < 2^31: a multiply-high
  * and a shift instead of the ~20 instructions of an integer division
  * (round-up reciprocal: magic = 2^32 (2^shift - d) / d + 1, 2^shift >= d). */

@@ -109,6 +109,23 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
         float O[Cfg::D / 2];
         float L[4]; /* LAG_MAX: the packed P's row sums (sm90_issue_pv) */
+        /* The first P V of a tile ignores O (scale-d 0), so O needs no value
+         * before it; but the ptxas of CUDA 12.8 and older, seeing O undefined
+         * where the steady loop is entered with a P V in flight, serialises
+         * every wgmma of the kernel (C7515). Zeroed once here (with LAG_MAX's
+         * sums, the other P V accumulator), O is defined on every path.
+         * Later assemblers need no help, and there the zeroing would move
+         * registers around in the kernels' SASS. */
+        if constexpr (FA_SM90_ZERO_ACCUMULATORS) {
+#pragma unroll
+            for (int i = 0; i < Cfg::D / 2; ++i) O[i] = 0.f;
+            fence_regs<Cfg::D / 2>(O); /* here, not sunk below the first Q K^T (C7517) */
+            if constexpr (Cfg::LAG_MAX) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) L[i] = 0.f;
+                fence_regs<4>(L);
+            }
+        }
         float S[Cfg::BN / 2];
         uint32_t P[Cfg::P_BUFS][Cfg::P_REGS];
         float row_max[2], row_sum[2], rescale[2];
