@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fetches the two NVIDIA tools scripts/check_ptxas.sh can use beyond nvcc,
+# Fetches the NVIDIA tools scripts/check_ptxas.sh can use beyond nvcc,
 # from their PyPI wheels (no GPU, no CUDA installation needed):
 #   cuobjdump and nvdisasm         (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm),
 #                                  to read the SASS (cuobjdump runs the
