@@ -30,7 +30,6 @@ causal).
 """
 import argparse
 import os
-import statistics
 import sys
 
 import torch
@@ -38,13 +37,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_vs_torch import MASKS, FlashAttn, flops_fwd, pooled_median, settle, time_ms, time_passes  # noqa: E402
-
-
-def median_ms(fn, reps, burst, settle_ms):
-    settle(fn, settle_ms)
-    return statistics.median(time_ms(fn, burst) for _ in range(reps))
-
+from gpu_vs_torch import MASKS, FlashAttn, flops_fwd, pass_medians, pooled_median, time_passes  # noqa: E402
 
 
 def gemm_tflops(reps, burst, settle_ms):
@@ -53,7 +46,8 @@ def gemm_tflops(reps, burst, settle_ms):
     b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
     one = torch.ones((), device="cuda")
     fn = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    return 2.0 * n * n * n / median_ms(fn, reps, burst, settle_ms) / 1e9
+    per_pass = time_passes({"gemm": fn}, (("gemm",),), 1, reps, burst, settle_ms)["gemm"]  # one settled pass
+    return 2.0 * n * n * n / pooled_median(per_pass) / 1e9
 
 
 def main():
@@ -91,7 +85,7 @@ def main():
                                 args.reps, args.burst, args.settle_ms)
             tf = {}  # TFLOP/s: the pooled figure, then each pass's
             for n, per_pass in times.items():
-                tf[n] = [fl / pooled_median(per_pass) / 1e9] + [fl / statistics.median(p) / 1e9 for p in per_pass]
+                tf[n] = [fl / ms / 1e9 for ms in [pooled_median(per_pass)] + pass_medians(per_pass)]
             rows.append((causal, B, S, tf["ours"][0], tf["cudnn"][0]))
             print("# causal %d, %d x %d: e4m3 ours %.1f (passes %.1f-%.1f), bf16 cuDNN %.1f (passes %.1f-%.1f) TFLOP/s" % (
                 causal, B, S, tf["ours"][0], min(tf["ours"][1:]), max(tf["ours"][1:]),

@@ -215,6 +215,11 @@ def pooled_median(per_pass):
     return statistics.median(t for p in per_pass for t in p)
 
 
+def pass_medians(per_pass):
+    """Each pass's median: the spread a clock dip leaves between passes."""
+    return [statistics.median(p) for p in per_pass]
+
+
 def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_ms, orders=ORDERS, passes=4):
     H = 2048 // D
     dev = torch.device("cuda")
@@ -269,7 +274,7 @@ def bench_cell(lib, B, S, D, causal, warmup, reps, do_bwd, modes, burst, settle_
                 r = res.setdefault(n, {}).setdefault(mode, {})
                 r[kind + "_ms"] = ms
                 r[kind + "_tflops"] = fl / ms / 1e9
-                r[kind + "_pass_ms"] = [statistics.median(p) for p in per_pass]
+                r[kind + "_pass_ms"] = pass_medians(per_pass)
 
     # Correctness spot check of our forward against cuDNN/FA2 output on this cell.
     fwd_fns["ours"]()
