@@ -144,13 +144,13 @@ else:
     with torch.no_grad():
         ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), 5)
     print(json.dumps({"case": f"fwd {name} {mask}", "ms": ms}))
-    if name == "f32":  # backward: forward + gradients, minus the forward
-        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-        dout = torch.randn_like(q)
-        def step():
-            o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-            torch.autograd.grad(o, (qg, kg, vg), dout)
-        print(json.dumps({"case": f"bwd {name} {mask}", "ms": median_ms(step, 3) - ms}))
+    # backward: forward + gradients, minus the forward
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    dout = torch.randn_like(q)
+    def step():
+        o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+        torch.autograd.grad(o, (qg, kg, vg), dout)
+    print(json.dumps({"case": f"bwd {name} {mask}", "ms": median_ms(step, 3) - ms}))
 print(json.dumps({"case": "torch", "version": torch.__version__}))
 EOF
 for pass in 1 2; do
@@ -160,8 +160,7 @@ for pass in 1 2; do
         --threads "$THREADS" --repeat 50 --warmup 5 --no-check --json >>"$OUT/ours.json"
     else
       dt=${case%-*}; c=--no-causal; [ "${case#*-}" = causal ] && c=--causal
-      fo=""; [ "$dt" = bf16 ] && fo=--fwd-only
-      "$FA" bench --batch 1 --heads 8 --head-dim 128 --seqlen "$SEQ" --dtype "$dt" $c $fo \
+      "$FA" bench --batch 1 --heads 8 --head-dim 128 --seqlen "$SEQ" --dtype "$dt" $c \
         --threads "$THREADS" --repeat 5 --warmup 1 --no-check --json >>"$OUT/ours.json"
     fi
     if [ "$SKIP_TORCH" = 0 ]; then "$VENV/bin/python" "$OUT/torch_case.py" "$THREADS" "$SEQ" "$case" >>"$OUT/torch.json"; fi
@@ -210,6 +209,8 @@ rows = [
     ("fwd bf16 causal","fwd bf16 causal",("fwd f16-kv masked", "align16"), ("fwd f16-kv masked", "align64")),
     ("bwd f32 full",   "bwd f32 full",   None, None),
     ("bwd f32 causal", "bwd f32 causal", None, None),
+    ("bwd bf16 full",  "bwd bf16 full",  None, None),
+    ("bwd bf16 causal","bwd bf16 causal",None, None),
     ("decode bf16",    "decode bf16",    ("decode bf16-kv", "align16"),    ("decode bf16-kv", "align64")),
     ("decode bf16 (ggml f16 cache)", "decode bf16", ("decode f16-kv", "align16"), ("decode f16-kv", "align64")),
 ]

@@ -1,8 +1,9 @@
 /*
  * The generic macro loops over micro-tiles, and the run-time choice of the
  * micro-kernel set: the widest the CPU has, or the one named by the
- * environment variable FA_CPU_KERNELS (generic, avx2, avx512bf16) when the
- * CPU can run it, for testing and comparison.
+ * environment variable FA_CPU_KERNELS when the CPU can run it, for testing
+ * and comparison: generic, avx2, avx512 (f32 products only: bf16 storage
+ * widened) or avx512bf16 (bf16 storage multiplied by vdpbf16ps).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -59,6 +60,16 @@ void cpu_gemm_bf16(const cpu_kernels *kr, int64_t m, int64_t n, int64_t kpairs,
 /* AVX-512 with bf16 storage widened to f32 (no AVX512_BF16, or a slow one). */
 static cpu_kernels avx512_f32_only;
 
+static const cpu_kernels *avx512_without_bf16_products(void) {
+    avx512_f32_only = cpu_kernels_avx512;
+    avx512_f32_only.gemm_bf16 = 0;
+    return &avx512_f32_only;
+}
+
+static int has_avx512(const cpu_features *f) {
+    return f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma && f->f16c;
+}
+
 static double seconds_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -88,12 +99,7 @@ static int bf16_dot_is_faster(void) {
 static const cpu_kernels *choose(void) {
 #if defined(__x86_64__) || defined(_M_X64)
     const cpu_features *f = cpu_detect_features();
-    if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma && f->f16c) {
-        if (f->avx512bf16 && bf16_dot_is_faster()) return &cpu_kernels_avx512;
-        avx512_f32_only = cpu_kernels_avx512;
-        avx512_f32_only.gemm_bf16 = 0;
-        return &avx512_f32_only;
-    }
+    if (has_avx512(f)) return f->avx512bf16 && bf16_dot_is_faster() ? &cpu_kernels_avx512 : avx512_without_bf16_products();
     if (f->avx2 && f->fma && f->f16c) return &cpu_kernels_avx2;
 #endif
     return &cpu_kernels_generic;
@@ -110,7 +116,8 @@ const cpu_kernels *cpu_kernels_select(void) {
 #if defined(__x86_64__) || defined(_M_X64)
         const cpu_features *f = cpu_detect_features();
         if (force && strcmp(force, "avx2") == 0 && f->avx2 && f->fma && f->f16c) k = &cpu_kernels_avx2;
-        if (force && strcmp(force, "avx512bf16") == 0 && f->avx512f && f->avx512bf16) k = &cpu_kernels_avx512;
+        if (force && strcmp(force, "avx512") == 0 && has_avx512(f)) k = avx512_without_bf16_products();
+        if (force && strcmp(force, "avx512bf16") == 0 && has_avx512(f) && f->avx512bf16) k = &cpu_kernels_avx512;
 #endif
         chosen = k;
     }

@@ -23,6 +23,28 @@ static int env_flag(const char *name) {
     return s && *s && strcmp(s, "0") != 0;
 }
 
+/* Whether fa_cpu_features() lists every feature in the space-separated list need. */
+static int cpu_has_all(const char *need) {
+    char buf[128], have[256];
+    snprintf(buf, sizeof buf, "%s", need);
+    snprintf(have, sizeof have, " %s ", fa_cpu_features());
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char word[64];
+        snprintf(word, sizeof word, " %s ", tok);
+        if (!strstr(have, word)) return 0;
+    }
+    return 1;
+}
+
+/* FA_CPU_KERNELS forces a CPU micro-kernel set (src/cpu/cpu_gemm.c). A set this
+ * CPU cannot run would silently fall back to the default: that is a skip. */
+static int cpu_kernels_runnable(const char *set) {
+    if (strcmp(set, "avx2") == 0) return cpu_has_all("avx2 fma f16c");
+    if (strcmp(set, "avx512") == 0) return cpu_has_all("fma f16c avx512f avx512bw avx512dq avx512vl");
+    if (strcmp(set, "avx512bf16") == 0) return cpu_has_all("fma f16c avx512f avx512bw avx512dq avx512vl avx512bf16");
+    return 1; /* generic runs anywhere */
+}
+
 static int make_context(fa_context **ctx, fa_backend b) {
     if (fa_context_create(ctx) != FA_OK) return 0;
     return fa_context_set_backend(*ctx, b) == FA_OK;
@@ -63,6 +85,15 @@ int ft_init(const char *program) {
             return 0;
         }
 #endif
+    }
+    const char *kernels = getenv("FA_CPU_KERNELS");
+    if (ft_backend == FA_BACKEND_CPU && kernels && *kernels) {
+        printf("%s: CPU kernels %s (FA_CPU_KERNELS)\n", program, kernels);
+        if (!cpu_kernels_runnable(kernels)) {
+            printf("%s: skipped: this CPU cannot run the %s kernels\n", program, kernels);
+            ++g_skipped;
+            return 0;
+        }
     }
     if (!make_context(&ft_ctx, ft_backend) || !make_context(&ft_ref_ctx, FA_BACKEND_REFERENCE)) {
         printf("%s: cannot create contexts: %s\n", program, fa_last_error());
