@@ -153,6 +153,7 @@ typedef struct fwd_job {
     const fa_problem *p;
     const cpu_kernels *kr;
     int bf16;             /* bf16 pair kernels, else f32 */
+    int few_rows;         /* every block has at most CPU_FEW_ROWS rows and takes the few-row path */
     fwd_geometry g;
     char *scratch;        /* per-thread scratch, scratch_bytes apart */
     size_t scratch_bytes;
@@ -413,7 +414,7 @@ static void start_block(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
         q->m[c] = -INFINITY;
         q->l[c] = 0.0f;
     }
-    q->natural = !job->bf16 && q->nrows <= CPU_FEW_ROWS;
+    q->natural = job->few_rows;
     if (q->kmin < q->kmax) {
         if (q->natural) pack_q_rows(job, q, b);
         else pack_q(job, q, b, w->kbuf);
@@ -578,6 +579,12 @@ fa_status cpu_forward(const fa_problem *p, const fa_exec *x, int num_splits) {
     job.kr = cpu_kernels_select();
     job.bf16 = cpu_use_bf16(p, job.kr);
     job.g = fwd_geometry_of(p, num_splits);
+    /* Decode-like problems: at most CPU_FEW_ROWS rows a block, in every block
+     * (the rows of a work item share its K/V tiles, so they share one path).
+     * With the bf16 pair kernels that path must read the cache in place:
+     * its f32 kernels cannot read paired tiles. */
+    job.few_rows = job.g.rows_per_head * job.g.heads_per_block <= CPU_FEW_ROWS &&
+                   (!job.bf16 || (!p->block_table && p->Dv % CPU_LANES == 0));
     job.scratch_bytes = cpu_align_up(fwd_scratch_bytes(p));
     if (!x->workspace || x->workspace_bytes < cpu_forward_workspace(p, x, num_splits))
         return fa_set_error(FA_ERR_WORKSPACE, "workspace: the CPU forward needs %zu bytes, got %zu",
