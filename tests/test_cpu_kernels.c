@@ -141,15 +141,16 @@ static void test_rowdot(const cpu_kernels *kr) {
     for (size_t a = 0; a < 5; ++a)
         for (size_t b = 0; b < 5; ++b) {
             int64_t d = ds[a], nj = njs[b], ldq = d + 1, ldk = d + 3;
-            float *q = malloc(8 * ldq * 4), *k = malloc(nj * ldk * 4), s0[8 * 64], s1[8 * 64];
+            float *q = malloc(8 * ldq * 4), *k = malloc(nj * ldk * 4), s0[64 * 9], s1[64 * 9];
             for (int64_t i = 0; i < 8 * ldq; ++i) q[i] = frand();
             for (int64_t i = 0; i < nj * ldk; ++i) k[i] = frand();
             for (int rows = 1; rows <= 8; rows += 3) {
-                kr->rowdot(rows, nj, d, q, ldq, k, ldk, s0, 64);
-                cpu_rowdot_generic(rows, nj, d, q, ldq, k, ldk, s1, 64);
+                for (int i = 0; i < 64 * 9; ++i) s0[i] = s1[i] = -7.0f; /* columns past rows stay as they were */
+                kr->rowdot(rows, nj, d, q, ldq, k, ldk, s0, 9);
+                cpu_rowdot_generic(rows, nj, d, q, ldq, k, ldk, s1, 9);
                 float worst = 0.0f;
-                for (int r = 0; r < rows; ++r)
-                    for (int64_t j = 0; j < nj; ++j) worst = fmaxf(worst, fabsf(s0[r * 64 + j] - s1[r * 64 + j]) / (float)d);
+                for (int64_t j = 0; j < nj; ++j)
+                    for (int r = 0; r < 9; ++r) worst = fmaxf(worst, fabsf(s0[j * 9 + r] - s1[j * 9 + r]) / (float)d);
                 char det[64];
                 snprintf(det, sizeof det, "d=%lld nj=%lld rows=%d", (long long)d, (long long)nj, rows);
                 check(worst < 1e-6f, "rowdot", kr->name, det);
@@ -162,17 +163,17 @@ static void test_rowdot(const cpu_kernels *kr) {
 static void test_bf16_in_place(const cpu_kernels *kr) {
     const int64_t d = 77, nj = 37, ldk = 83, n = 64, ldb = 70;
     uint16_t *k = malloc(nj * ldk * 2), *b = malloc(nj * ldb * 2);
-    float *kw = malloc(nj * ldk * 4), *bw = malloc(nj * ldb * 4), q[6 * 80], s0[6 * 64], s1[6 * 64], a[6 * 40];
+    float *kw = malloc(nj * ldk * 4), *bw = malloc(nj * ldb * 4), q[6 * 80], s0[64 * 6], s1[64 * 6], a[6 * 40];
     float c0[6 * 64], c1[6 * 64];
     for (int64_t i = 0; i < nj * ldk; ++i) kw[i] = fa_bf16_to_f32(k[i] = fa_f32_to_bf16(frand()));
     for (int64_t i = 0; i < nj * ldb; ++i) bw[i] = fa_bf16_to_f32(b[i] = fa_f32_to_bf16(frand()));
     for (int i = 0; i < 6 * 80; ++i) q[i] = frand();
     for (int i = 0; i < 6 * 40; ++i) a[i] = frand();
-    kr->rowdot_bf16(5, nj, d, q, 80, k, ldk, s0, 64);
-    cpu_rowdot_generic(5, nj, d, q, 80, kw, ldk, s1, 64);
+    kr->rowdot_bf16(5, nj, d, q, 80, k, ldk, s0, 6);
+    cpu_rowdot_generic(5, nj, d, q, 80, kw, ldk, s1, 6);
     float worst = 0.0f;
-    for (int r = 0; r < 5; ++r)
-        for (int64_t j = 0; j < nj; ++j) worst = fmaxf(worst, fabsf(s0[r * 64 + j] - s1[r * 64 + j]));
+    for (int64_t j = 0; j < nj; ++j)
+        for (int r = 0; r < 5; ++r) worst = fmaxf(worst, fabsf(s0[j * 6 + r] - s1[j * 6 + r]));
     check(worst < 1e-5f, "rowdot_bf16", kr->name, "");
     for (int i = 0; i < 6 * 64; ++i) c0[i] = c1[i] = frand();
     cpu_gemm_f32_bf16b(kr, 6, n, nj, a, 1, 6, b, ldb, c0, 64, 1, NULL);

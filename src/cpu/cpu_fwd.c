@@ -104,7 +104,6 @@ typedef struct fwd_scratch {
     q_block blk[CPU_QGROUP];
     float *s;          /* S^T, then P^T: [CPU_BN][CPU_BM] */
     uint32_t *pp;      /* P^T as bf16 pairs [CPU_BN/2][CPU_BM] */
-    float *pp_f32;     /* few-row path: natural scores [CPU_FEW_ROWS][CPU_BN] (same memory) */
     void *kbuf;        /* packed K tile: f32 [BN][D] or bf16 pairs [BN][D/2] */
     void *vbuf;        /* packed V tile: f32 [BN][v_rs] or bf16 pairs [BN/2][v_rs] */
     int64_t v_rs;      /* its row stride: Dv plus a line, so consecutive rows fall in different L1 sets */
@@ -135,8 +134,7 @@ static size_t fwd_scratch_layout(const fa_problem *p, fwd_scratch *w, char *base
         q->row = cpu_take(&a, bm * 4);
     }
     w->s = cpu_take(&a, bn * bm * 4);
-    w->pp = cpu_take(&a, bn / 2 * bm * 4); /* >= 8 * CPU_BN floats */
-    w->pp_f32 = (float *)(void *)w->pp;
+    w->pp = cpu_take(&a, bn / 2 * bm * 4);
     w->kbuf = cpu_take(&a, bn * (d + 1) * 4);
     w->vbuf = cpu_take(&a, (bn * (dv + CPU_LANES) + 16) * 4); /* slack: padded-width reads of the last row */
     w->v_rs = (int64_t)dv + CPU_LANES;
@@ -321,8 +319,9 @@ static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split, f
 /*
  * Blocks of at most CPU_FEW_ROWS rows (decode) would leave most SIMD lanes of
  * the transposed layout empty. They keep rows in registers instead and the
- * head dimension along the lanes: scores by cpu_rowdot, the softmax on a
- * small transposed copy, and O += P V as a gemm with P broadcast.
+ * head dimension along the lanes: scores by cpu_rowdot (written transposed,
+ * one key a row of the tile), the column softmax over them, and O += P V as a
+ * gemm with P broadcast.
  */
 
 static void pack_q_rows(const fwd_job *job, q_block *q, int64_t b) {
@@ -341,17 +340,14 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
     const fa_problem *p = job->p;
     const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), ncols = q->ncols, R = q->nrows;
     const int64_t dvpad = cpu_round_up(p->Dv, CPU_LANES);
-    float *sn = w->pp_f32; /* natural scores [R][CPU_BN] */
     for (int64_t jc = 0; jc < nj; jc += ROWS_CHUNK) { /* the next tile's K rows ride along */
         int64_t n = nj - jc < ROWS_CHUNK ? nj - jc : ROWS_CHUNK;
         if (w->raw_bf16)
-            job->kr->rowdot_bf16((int)R, n, p->D, q->qt, p->D, w->kraw + jc * p->k.ss, p->k.ss, sn + jc, CPU_BN);
+            job->kr->rowdot_bf16((int)R, n, p->D, q->qt, p->D, w->kraw + jc * p->k.ss, p->k.ss, w->s + jc * ncols, ncols);
         else
-            job->kr->rowdot((int)R, n, p->D, q->qt, p->D, (const float *)w->ka + jc * w->ka_rs, w->ka_rs, sn + jc, CPU_BN);
+            job->kr->rowdot((int)R, n, p->D, q->qt, p->D, (const float *)w->ka + jc * w->ka_rs, w->ka_rs, w->s + jc * ncols, ncols);
         prefetch_rows(job, pf, jc, jc + ROWS_CHUNK, 1, 0);
     }
-    for (int64_t j = 0; j < nj; ++j) /* transposed copy for the column softmax */
-        for (int64_t c = 0; c < ncols; ++c) w->s[j * ncols + c] = c < R ? sn[c * CPU_BN + j] : 0.0f;
     float c = cpu_score_options(p, b, sq, sk, j0, nj, ncols, R, q->head, q->row, w->s, NULL);
     int full = q->lo_max <= j0 && q->hi_min >= j0 + nj;
     if (!full)
@@ -493,6 +489,9 @@ static void fwd_task(void *arg, int64_t t, int worker) {
         }
     }
     first[nkv] = nb;
+    /* The few-row path's scores fill columns [0, rows) of the tile; the
+     * padding columns go through the softmax too and must hold numbers. */
+    if (job->few_rows) memset(w.s, 0, (size_t)(CPU_BN * CPU_BM) * sizeof(float));
     /* Few-row blocks over a contiguous bf16 cache read it in place, once. */
     w.raw_bf16 = p->dtype == FA_BF16 && !p->block_table && p->Dv % CPU_LANES == 0;
     for (int k = 0; k < nb; ++k) w.raw_bf16 &= w.blk[k].natural;

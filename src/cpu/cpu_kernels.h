@@ -68,8 +68,10 @@ typedef void (*cpu_exp_tile_fn)(int64_t nj, int64_t ncols, const float *s, int64
                                 float *p, int64_t ldp);
 
 /*
- * Few-row scores (decode): s[r*lds + j] = sum_{dd<d} q[r*ldq + dd] * k[j*ldk + dd]
- * for r < rows (at most 8), j < nj; the head dimension is along the lanes.
+ * Few-row scores (decode): s[j*lds + r] = sum_{dd<d} q[r*ldq + dd] * k[j*ldk + dd]
+ * for r < rows (at most 8), j < nj; the head dimension is along the lanes, and
+ * the scores land transposed (key j's row of the tile), as the softmax reads
+ * them. Columns r >= rows are not written.
  */
 typedef void (*cpu_rowdot_fn)(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
                               const float *k, int64_t ldk, float *s, int64_t lds);

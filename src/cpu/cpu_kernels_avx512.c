@@ -214,8 +214,8 @@ FORCE_INLINE void rowdot_body(const int BF16, const int rows, int64_t nj, int64_
         __m512 acc[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a10, a11, a12, a13, a14, a15, a16, a17};
         float out[16];
         _mm512_storeu_ps(out, reduce16(acc));
-        for (int r = 0; r < rows; ++r)
-            for (int t = 0; t < kb; ++t) s[r * lds + j + t] = out[r * kb_full + t];
+        for (int t = 0; t < kb; ++t)
+            for (int r = 0; r < rows; ++r) s[(j + t) * lds + r] = out[r * kb_full + t];
         j += kb;
     }
 }
@@ -225,7 +225,7 @@ FORCE_INLINE void rowdot_body(const int BF16, const int rows, int64_t nj, int64_
     for (int r0 = 0; r0 < rows; r0 += 8) {                                                          \
         int n = rows - r0 < 8 ? rows - r0 : 8;                                                      \
         const float *qr = q + r0 * ldq;                                                             \
-        float *sr = s + r0 * lds;                                                                   \
+        float *sr = s + r0;                                                                         \
         switch (n) {                                                                                \
         case 1: rowdot_body(BF16, 1, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
         case 2: rowdot_body(BF16, 2, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \

@@ -72,7 +72,7 @@ void cpu_rowdot_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t
         for (int64_t j = 0; j < nj; ++j) {
             float acc = 0.0f;
             for (int64_t dd = 0; dd < d; ++dd) acc += q[r * ldq + dd] * k[j * ldk + dd];
-            s[r * lds + j] = acc;
+            s[j * lds + r] = acc;
         }
 }
 
@@ -82,7 +82,7 @@ void cpu_rowdot_bf16_generic(int rows, int64_t nj, int64_t d, const float *q, in
         for (int64_t j = 0; j < nj; ++j) {
             float acc = 0.0f;
             for (int64_t dd = 0; dd < d; ++dd) acc += q[r * ldq + dd] * fa_bf16_to_f32(k[j * ldk + dd]);
-            s[r * lds + j] = acc;
+            s[j * lds + r] = acc;
         }
 }
 
