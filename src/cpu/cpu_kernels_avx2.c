@@ -10,25 +10,36 @@
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
 
+/* Accumulators are named registers, not an array: GCC keeps an array's
+ * elements in memory and stores every one of them after each FMA. */
+#define ACC_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5)
+
 FORCE_INLINE void unit_f32(const int R, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
                            const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
-    __m256 acc[CPU_MR][2];
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < 2; ++v) {
-            acc[r][v] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * v) : _mm256_setzero_ps();
-            if (accumulate && cs) acc[r][v] = _mm256_mul_ps(acc[r][v], _mm256_loadu_ps(cs + 8 * v));
-        }
-    for (int64_t kk = 0; kk < k; ++kk) {
-        __m256 b0 = _mm256_loadu_ps(b + kk * ldb), b1 = _mm256_loadu_ps(b + kk * ldb + 8);
-        const float *ak = a + kk * a_ks;
-        for (int r = 0; r < R; ++r) {
-            __m256 av = _mm256_broadcast_ss(ak + r * a_rs);
-            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-        }
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 s0 = zero, s1 = zero; /* the rescale of the accumulated C, per column */
+    if (accumulate && cs) s0 = _mm256_loadu_ps(cs), s1 = _mm256_loadu_ps(cs + 8);
+#define ACC_INIT(r)                                                                                 \
+    __m256 c##r##0 = zero, c##r##1 = zero;                                                          \
+    if ((r) < R && accumulate) {                                                                    \
+        c##r##0 = _mm256_loadu_ps(c + (r) * ldc), c##r##1 = _mm256_loadu_ps(c + (r) * ldc + 8);     \
+        if (cs) c##r##0 = _mm256_mul_ps(c##r##0, s0), c##r##1 = _mm256_mul_ps(c##r##1, s1);         \
     }
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < 2; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
+    ACC_ROWS(ACC_INIT)
+    for (int64_t kk = 0; kk < k; ++kk) {
+        const __m256 b0 = _mm256_loadu_ps(b + kk * ldb), b1 = _mm256_loadu_ps(b + kk * ldb + 8);
+        const float *ak = a + kk * a_ks;
+#define ACC_STEP(r)                                                                                 \
+    if ((r) < R) {                                                                                  \
+        const __m256 av = _mm256_broadcast_ss(ak + (r) * a_rs);                                     \
+        c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                                                 \
+        c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                                                 \
+    }
+        ACC_ROWS(ACC_STEP)
+    }
+#define ACC_STORE(r)                                                                                \
+    if ((r) < R) _mm256_storeu_ps(c + (r) * ldc, c##r##0), _mm256_storeu_ps(c + (r) * ldc + 8, c##r##1);
+    ACC_ROWS(ACC_STORE)
 }
 
 #define DEFINE_UNIT(R)                                                                              \
