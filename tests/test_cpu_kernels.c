@@ -159,26 +159,40 @@ static void test_rowdot(const cpu_kernels *kr) {
         }
 }
 
-/* The bf16-in-place decode kernels against the same products on widened copies. */
-static void test_bf16_in_place(const cpu_kernels *kr) {
+/* The in-place decode kernels (bf16 and f16 K and V rows) against the same
+ * products on widened copies. */
+static void test_half_in_place(const cpu_kernels *kr, int f16) {
     const int64_t d = 77, nj = 37, ldk = 83, n = 64, ldb = 70;
+    const char *what = f16 ? "f16" : "bf16";
+    cpu_rowdot_half_fn rowdot = f16 ? kr->rowdot_f16 : kr->rowdot_bf16;
+    cpu_gemm_f32_halfb_fn gemm = f16 ? kr->gemm_f32_f16b : kr->gemm_f32_bf16b;
     uint16_t *k = malloc(nj * ldk * 2), *b = malloc(nj * ldb * 2);
     float *kw = malloc(nj * ldk * 4), *bw = malloc(nj * ldb * 4), q[6 * 80], s0[64 * 6], s1[64 * 6], a[6 * 40];
     float c0[6 * 64], c1[6 * 64];
-    for (int64_t i = 0; i < nj * ldk; ++i) kw[i] = fa_bf16_to_f32(k[i] = fa_f32_to_bf16(frand()));
-    for (int64_t i = 0; i < nj * ldb; ++i) bw[i] = fa_bf16_to_f32(b[i] = fa_f32_to_bf16(frand()));
+    for (int64_t i = 0; i < nj * ldk; ++i) {
+        k[i] = f16 ? fa_f32_to_f16(frand()) : fa_f32_to_bf16(frand());
+        kw[i] = f16 ? fa_f16_to_f32(k[i]) : fa_bf16_to_f32(k[i]);
+    }
+    for (int64_t i = 0; i < nj * ldb; ++i) {
+        b[i] = f16 ? fa_f32_to_f16(frand()) : fa_f32_to_bf16(frand());
+        bw[i] = f16 ? fa_f16_to_f32(b[i]) : fa_bf16_to_f32(b[i]);
+    }
     for (int i = 0; i < 6 * 80; ++i) q[i] = frand();
     for (int i = 0; i < 6 * 40; ++i) a[i] = frand();
-    kr->rowdot_bf16(5, nj, d, q, 80, k, ldk, s0, 6);
-    cpu_rowdot_generic(5, nj, d, q, 80, kw, ldk, s1, 6);
-    float worst = 0.0f;
-    for (int64_t j = 0; j < nj; ++j)
-        for (int r = 0; r < 5; ++r) worst = fmaxf(worst, fabsf(s0[j * 6 + r] - s1[j * 6 + r]));
-    check(worst < 1e-5f, "rowdot_bf16", kr->name, "");
+    for (int rows = 1; rows <= 6; rows += 4) { /* two keys a step (rows <= 4) and one */
+        rowdot(rows, nj, d, q, 80, k, ldk, s0, 6);
+        cpu_rowdot_generic(rows, nj, d, q, 80, kw, ldk, s1, 6);
+        float worst = 0.0f;
+        for (int64_t j = 0; j < nj; ++j)
+            for (int r = 0; r < rows; ++r) worst = fmaxf(worst, fabsf(s0[j * 6 + r] - s1[j * 6 + r]));
+        char det[32];
+        snprintf(det, sizeof det, "%s, rows=%d", what, rows);
+        check(worst < 1e-5f, "rowdot (half)", kr->name, det);
+    }
     for (int i = 0; i < 6 * 64; ++i) c0[i] = c1[i] = frand();
-    cpu_gemm_f32_bf16b(kr, 6, n, nj, a, 1, 6, b, ldb, c0, 64, 1, NULL);
+    cpu_gemm_f32_halfb(gemm, 6, n, nj, a, 1, 6, b, ldb, c0, 64, 1, NULL);
     cpu_gemm_f32(&cpu_kernels_generic, 6, n, nj, a, 1, 6, bw, ldb, c1, 64, 1, NULL);
-    check(max_rel_err(c0, c1, 6 * 64) < 1e-5f, "gemm_f32_bf16b", kr->name, "");
+    check(max_rel_err(c0, c1, 6 * 64) < 1e-5f, "gemm_f32 (half B)", kr->name, what);
     free(k), free(b), free(kw), free(bw);
 }
 
@@ -272,7 +286,8 @@ static void test_set(const cpu_kernels *kr) {
     test_softmax(kr);
     test_exp_tile(kr);
     test_rowdot(kr);
-    test_bf16_in_place(kr);
+    test_half_in_place(kr, 0);
+    test_half_in_place(kr, 1);
     test_conversions(kr);
 }
 

@@ -109,7 +109,7 @@ typedef struct fwd_scratch {
     int64_t v_rs;      /* its row stride: Dv plus a line, so consecutive rows fall in different L1 sets */
     const void *ka;    /* the K tile the score kernel reads (kbuf, or K in place) */
     int64_t ka_rs;     /* its row stride in elements (f32) or words (pairs) */
-    int raw_bf16;      /* few-row blocks read bf16 K and V in place (no tile copy) */
+    int raw_half;      /* few-row blocks read bf16 or f16 K and V in place (no tile copy) */
     const uint16_t *kraw, *vraw; /* then: the tile's first K and V rows, k.ss / v.ss apart */
     int32_t *lo_rel, *hi_rel;
 } fwd_scratch;
@@ -342,8 +342,9 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
     const int64_t dvpad = cpu_round_up(p->Dv, CPU_LANES);
     for (int64_t jc = 0; jc < nj; jc += ROWS_CHUNK) { /* the next tile's K rows ride along */
         int64_t n = nj - jc < ROWS_CHUNK ? nj - jc : ROWS_CHUNK;
-        if (w->raw_bf16)
-            job->kr->rowdot_bf16((int)R, n, p->D, q->qt, p->D, w->kraw + jc * p->k.ss, p->k.ss, w->s + jc * ncols, ncols);
+        if (w->raw_half)
+            (p->dtype == FA_F16 ? job->kr->rowdot_f16 : job->kr->rowdot_bf16)((int)R, n, p->D, q->qt, p->D, w->kraw + jc * p->k.ss,
+                                                                             p->k.ss, w->s + jc * ncols, ncols);
         else
             job->kr->rowdot((int)R, n, p->D, q->qt, p->D, (const float *)w->ka + jc * w->ka_rs, w->ka_rs, w->s + jc * ncols, ncols);
         prefetch_rows(job, pf, jc, jc + ROWS_CHUNK, 1, 0);
@@ -365,8 +366,9 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
     /* O[r][:] += sum_j P^T[j][r] V[j][:]; V rows are Dv apart, the padded columns are ignored */
     for (int64_t jc = 0; jc < nj; jc += ROWS_CHUNK) { /* the next tile's V rows ride along */
         int64_t n = nj - jc < ROWS_CHUNK ? nj - jc : ROWS_CHUNK;
-        if (w->raw_bf16) /* Dv is a multiple of 16 here: no read past a row */
-            cpu_gemm_f32_bf16b(job->kr, R, dvpad, n, w->s + jc * ncols, 1, ncols, w->vraw + jc * p->v.ss, p->v.ss, q->ot,
+        if (w->raw_half) /* Dv is a multiple of 16 here: no read past a row */
+            cpu_gemm_f32_halfb(p->dtype == FA_F16 ? job->kr->gemm_f32_f16b : job->kr->gemm_f32_bf16b, R, dvpad, n,
+                               w->s + jc * ncols, 1, ncols, w->vraw + jc * p->v.ss, p->v.ss, q->ot,
                                dvpad, 1, NULL);
         else
             cpu_gemm_f32(job->kr, R, dvpad, n, w->s + jc * ncols, 1, ncols, (const float *)w->vbuf + jc * w->v_rs, w->v_rs,
@@ -492,9 +494,9 @@ static void fwd_task(void *arg, int64_t t, int worker) {
     /* The few-row path's scores fill columns [0, rows) of the tile; the
      * padding columns go through the softmax too and must hold numbers. */
     if (job->few_rows) memset(w.s, 0, (size_t)(CPU_BN * CPU_BM) * sizeof(float));
-    /* Few-row blocks over a contiguous bf16 cache read it in place, once. */
-    w.raw_bf16 = p->dtype == FA_BF16 && !p->block_table && p->Dv % CPU_LANES == 0;
-    for (int k = 0; k < nb; ++k) w.raw_bf16 &= w.blk[k].natural;
+    /* Few-row blocks over a contiguous bf16 or f16 cache read it in place, once. */
+    w.raw_half = (p->dtype == FA_BF16 || p->dtype == FA_F16) && !p->block_table && p->Dv % CPU_LANES == 0;
+    for (int k = 0; k < nb; ++k) w.raw_half &= w.blk[k].natural;
     for (int64_t j0 = kmin; j0 < kmax; j0 += CPU_BN) {
         int64_t nj = kmax - j0 < CPU_BN ? kmax - j0 : CPU_BN;
         for (int64_t h = 0; h < nkv; ++h) {
@@ -502,7 +504,7 @@ static void fwd_task(void *arg, int64_t t, int worker) {
             int sees_any = 0;
             for (int k = first[h]; k < first[h + 1]; ++k) sees_any |= w.blk[k].kmin < j0 + nj && w.blk[k].kmax > j0;
             if (!sees_any) continue; /* no block of this head sees the tile */
-            if (w.raw_bf16) {
+            if (w.raw_half) {
                 w.kraw = (const uint16_t *)p->k.data + fa_k_offset(p, &p->k, b, j0, kvh);
                 w.vraw = (const uint16_t *)p->v.data + fa_k_offset(p, &p->v, b, j0, kvh);
             } else {

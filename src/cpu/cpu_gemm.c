@@ -26,7 +26,7 @@ void cpu_gemm_f32(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
     }
 }
 
-void cpu_gemm_f32_bf16b(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
+void cpu_gemm_f32_halfb(cpu_gemm_f32_halfb_fn kernel, int64_t m, int64_t n, int64_t k,
                         const float *a, int64_t a_rs, int64_t a_ks,
                         const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale) {
     const int64_t chunk = CPU_NV_MAX * CPU_LANES;
@@ -34,7 +34,7 @@ void cpu_gemm_f32_bf16b(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
         int nv = (int)((n - c0 < chunk ? n - c0 : chunk) / CPU_LANES);
         for (int64_t r0 = 0; r0 < m; r0 += CPU_MR) {
             int rows = (int)(m - r0 < CPU_MR ? m - r0 : CPU_MR);
-            kr->gemm_f32_bf16b(rows, nv, k, a + r0 * a_rs, a_rs, a_ks, b + c0, ldb, c + r0 * ldc + c0, ldc,
+            kernel(rows, nv, k, a + r0 * a_rs, a_rs, a_ks, b + c0, ldb, c + r0 * ldc + c0, ldc,
                                accumulate, c_scale ? c_scale + c0 : NULL);
         }
     }

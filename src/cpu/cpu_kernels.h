@@ -76,11 +76,11 @@ typedef void (*cpu_exp_tile_fn)(int64_t nj, int64_t ncols, const float *s, int64
 typedef void (*cpu_rowdot_fn)(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
                               const float *k, int64_t ldk, float *s, int64_t lds);
 
-/* The same with bf16 K rows, widened in registers (decode reads the cache once, in place). */
-typedef void (*cpu_rowdot_bf16_fn)(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+/* The same with bf16 or f16 K rows, widened in registers (decode reads the cache once, in place). */
+typedef void (*cpu_rowdot_half_fn)(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
                                    const uint16_t *k, int64_t ldk, float *s, int64_t lds);
-/* gemm_f32 with B stored as bf16 rows (ldb in elements), widened in registers. */
-typedef void (*cpu_gemm_f32_bf16b_fn)(int rows, int nv, int64_t k,
+/* gemm_f32 with B stored as bf16 or f16 rows (ldb in elements), widened in registers. */
+typedef void (*cpu_gemm_f32_halfb_fn)(int rows, int nv, int64_t k,
                                       const float *a, int64_t a_rs, int64_t a_ks,
                                       const uint16_t *b, int64_t ldb,
                                       float *c, int64_t ldc, int accumulate, const float *c_scale);
@@ -101,8 +101,8 @@ typedef struct cpu_kernels {
     cpu_softmax_tile_fn softmax_tile;
     cpu_exp_tile_fn exp_tile;
     cpu_rowdot_fn rowdot;
-    cpu_rowdot_bf16_fn rowdot_bf16;
-    cpu_gemm_f32_bf16b_fn gemm_f32_bf16b;
+    cpu_rowdot_half_fn rowdot_bf16, rowdot_f16;
+    cpu_gemm_f32_halfb_fn gemm_f32_bf16b, gemm_f32_f16b;
     cpu_widen_fn widen_f16, widen_bf16;
     cpu_pair_bf16_fn pair_bf16;
     cpu_pair_f32_fn pair_f32;
@@ -128,6 +128,11 @@ void cpu_rowdot_bf16_generic(int rows, int64_t nj, int64_t d, const float *q, in
 void cpu_gemm_f32_bf16b_generic(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
                                 const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
                                 const float *c_scale);
+void cpu_rowdot_f16_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const uint16_t *k,
+                            int64_t ldk, float *s, int64_t lds);
+void cpu_gemm_f32_f16b_generic(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                               const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+                               const float *c_scale);
 void cpu_widen_f16_generic(const uint16_t *src, float *dst, int64_t n);
 void cpu_widen_bf16_generic(const uint16_t *src, float *dst, int64_t n);
 void cpu_pair_bf16_generic(const uint16_t *r0, const uint16_t *r1, uint32_t *out, int64_t n);
@@ -141,7 +146,8 @@ const cpu_kernels *cpu_kernels_select(void);
 void cpu_gemm_f32(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
                   const float *a, int64_t a_rs, int64_t a_ks,
                   const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale);
-void cpu_gemm_f32_bf16b(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,
+/* gemm_f32 over B stored as bf16 or f16 rows, by a kernel set's gemm_f32_bf16b or gemm_f32_f16b. */
+void cpu_gemm_f32_halfb(cpu_gemm_f32_halfb_fn kernel, int64_t m, int64_t n, int64_t k,
                         const float *a, int64_t a_rs, int64_t a_ks,
                         const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *c_scale);
 void cpu_gemm_bf16(const cpu_kernels *kr, int64_t m, int64_t n, int64_t kpairs,

@@ -6,16 +6,34 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "convert.h"
 #include "cpu_kernels.h"
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
+
+/* Element types of a B operand or of K rows read in place. */
+enum { KIND_F32 = 0, KIND_BF16 = 1, KIND_F16 = 2 };
+
+/* Eight elements from element i of a row of the given kind, as f32. */
+FORCE_INLINE __m256 load8(const int KIND, const void *p, int64_t i) {
+    if (KIND == KIND_F32) return _mm256_loadu_ps((const float *)p + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)p + i));
+    if (KIND == KIND_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* bf16: the high half of an f32 */
+}
+
+FORCE_INLINE float value_at(const int KIND, const void *p, int64_t i) {
+    if (KIND == KIND_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return KIND == KIND_F16 ? fa_f16_to_f32(h) : fa_bf16_to_f32(h);
+}
 
 /* Accumulators are named registers, not an array: GCC keeps an array's
  * elements in memory and stores every one of them after each FMA. */
 #define ACC_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5)
 
-FORCE_INLINE void unit_f32(const int R, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
-                           const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
+FORCE_INLINE void unit_f32(const int KIND, const int R, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                           const void *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
     const __m256 zero = _mm256_setzero_ps();
     __m256 s0 = zero, s1 = zero; /* the rescale of the accumulated C, per column */
     if (accumulate && cs) s0 = _mm256_loadu_ps(cs), s1 = _mm256_loadu_ps(cs + 8);
@@ -27,7 +45,7 @@ FORCE_INLINE void unit_f32(const int R, int64_t k, const float *a, int64_t a_rs,
     }
     ACC_ROWS(ACC_INIT)
     for (int64_t kk = 0; kk < k; ++kk) {
-        const __m256 b0 = _mm256_loadu_ps(b + kk * ldb), b1 = _mm256_loadu_ps(b + kk * ldb + 8);
+        const __m256 b0 = load8(KIND, b, kk * ldb), b1 = load8(KIND, b, kk * ldb + 8);
         const float *ak = a + kk * a_ks;
 #define ACC_STEP(r)                                                                                 \
     if ((r) < R) {                                                                                  \
@@ -42,26 +60,120 @@ FORCE_INLINE void unit_f32(const int R, int64_t k, const float *a, int64_t a_rs,
     ACC_ROWS(ACC_STORE)
 }
 
-#define DEFINE_UNIT(R)                                                                              \
-    static void unit_##R(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,         \
-                         int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {            \
-        unit_f32(R, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                        \
+#define DEFINE_UNIT(T, KIND, R)                                                                     \
+    static void T##_##R(int64_t k, const float *a, int64_t rs, int64_t ks, const void *b, int64_t ldb, \
+                        float *c, int64_t ldc, int acc, const float *cs) {                          \
+        unit_f32(KIND, R, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                  \
     }
-DEFINE_UNIT(1)
-DEFINE_UNIT(2)
-DEFINE_UNIT(3)
-DEFINE_UNIT(4)
-DEFINE_UNIT(5)
-DEFINE_UNIT(6)
+#define DEFINE_UNITS(T, KIND)                                                                       \
+    DEFINE_UNIT(T, KIND, 1) DEFINE_UNIT(T, KIND, 2) DEFINE_UNIT(T, KIND, 3)                         \
+    DEFINE_UNIT(T, KIND, 4) DEFINE_UNIT(T, KIND, 5) DEFINE_UNIT(T, KIND, 6)
+DEFINE_UNITS(unit, KIND_F32)
+DEFINE_UNITS(unit_bf16b, KIND_BF16)
+DEFINE_UNITS(unit_f16b, KIND_F16)
 
-typedef void (*unit_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t, float *, int64_t, int,
+typedef void (*unit_fn)(int64_t, const float *, int64_t, int64_t, const void *, int64_t, float *, int64_t, int,
                         const float *);
 static const unit_fn units[CPU_MR] = {unit_1, unit_2, unit_3, unit_4, unit_5, unit_6};
+static const unit_fn units_bf16b[CPU_MR] = {unit_bf16b_1, unit_bf16b_2, unit_bf16b_3,
+                                            unit_bf16b_4, unit_bf16b_5, unit_bf16b_6};
+static const unit_fn units_f16b[CPU_MR] = {unit_f16b_1, unit_f16b_2, unit_f16b_3,
+                                           unit_f16b_4, unit_f16b_5, unit_f16b_6};
 
 static void gemm_f32_avx2(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
                           const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
     for (int v = 0; v < nv; ++v)
         units[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate, cs ? cs + 16 * v : NULL);
+}
+
+static void gemm_f32_bf16b_avx2(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                                const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
+    for (int v = 0; v < nv; ++v)
+        units_bf16b[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate, cs ? cs + 16 * v : NULL);
+}
+
+static void gemm_f32_f16b_avx2(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                               const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
+    for (int v = 0; v < nv; ++v)
+        units_f16b[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate, cs ? cs + 16 * v : NULL);
+}
+
+FORCE_INLINE float hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+/*
+ * Few-row scores (decode), s[j*lds + r]: the head dim along the lanes, each
+ * chunk of a key row loaded once for all R rows; with R <= 4 two keys a step
+ * (2R accumulators). A tail of d % 8 elements is done in scalar code.
+ */
+#define ROWS8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+FORCE_INLINE void rowdot_rows(const int KIND, const int R, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                              const void *kv, int64_t ldk, float *s, int64_t lds) {
+    const int KB = R <= 4 ? 2 : 1;
+    const int64_t es = KIND == KIND_F32 ? 4 : 2, dv = d & ~(int64_t)7;
+    for (int64_t j = 0; j < nj; j += KB) {
+        const int two = KB == 2 && j + 1 < nj;
+        const void *k0 = (const char *)kv + j * ldk * es, *k1 = two ? (const char *)k0 + ldk * es : k0;
+#define RD_INIT(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = _mm256_setzero_ps();
+        ROWS8(RD_INIT)
+        for (int64_t dd = 0; dd < dv; dd += 8) {
+            const __m256 x0 = load8(KIND, k0, dd), x1 = KB == 2 ? load8(KIND, k1, dd) : x0;
+#define RD_STEP(r)                                                                                  \
+    if ((r) < R) {                                                                                  \
+        const __m256 qv = _mm256_loadu_ps(q + (r) * ldq + dd);                                      \
+        a##r##0 = _mm256_fmadd_ps(qv, x0, a##r##0);                                                 \
+        if (KB == 2) a##r##1 = _mm256_fmadd_ps(qv, x1, a##r##1);                                    \
+    }
+            ROWS8(RD_STEP)
+        }
+#define RD_OUT(r)                                                                                   \
+    if ((r) < R) {                                                                                  \
+        float t0 = hsum8(a##r##0), t1 = hsum8(a##r##1);                                             \
+        for (int64_t dd = dv; dd < d; ++dd) {                                                       \
+            t0 += q[(r) * ldq + dd] * value_at(KIND, k0, dd);                                       \
+            t1 += q[(r) * ldq + dd] * value_at(KIND, k1, dd);                                       \
+        }                                                                                           \
+        s[j * lds + (r)] = t0;                                                                      \
+        if (two) s[(j + 1) * lds + (r)] = t1;                                                       \
+    }
+        ROWS8(RD_OUT)
+    }
+}
+
+FORCE_INLINE void rowdot_any(const int KIND, int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                             const void *kv, int64_t ldk, float *s, int64_t lds) {
+    for (int r0 = 0; r0 < rows; r0 += 8) { /* compile-time row counts keep the accumulators in registers */
+        const float *qr = q + r0 * ldq;
+        float *sr = s + r0;
+        switch (rows - r0 < 8 ? rows - r0 : 8) {
+        case 1: rowdot_rows(KIND, 1, nj, d, qr, ldq, kv, ldk, sr, lds); break;
+        case 2: rowdot_rows(KIND, 2, nj, d, qr, ldq, kv, ldk, sr, lds); break;
+        case 3: rowdot_rows(KIND, 3, nj, d, qr, ldq, kv, ldk, sr, lds); break;
+        case 4: rowdot_rows(KIND, 4, nj, d, qr, ldq, kv, ldk, sr, lds); break;
+        case 5: rowdot_rows(KIND, 5, nj, d, qr, ldq, kv, ldk, sr, lds); break;
+        case 6: rowdot_rows(KIND, 6, nj, d, qr, ldq, kv, ldk, sr, lds); break;
+        case 7: rowdot_rows(KIND, 7, nj, d, qr, ldq, kv, ldk, sr, lds); break;
+        default: rowdot_rows(KIND, 8, nj, d, qr, ldq, kv, ldk, sr, lds); break;
+        }
+    }
+}
+
+static void rowdot_avx2(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                        float *s, int64_t lds) {
+    rowdot_any(KIND_F32, rows, nj, d, q, ldq, k, ldk, s, lds);
+}
+
+static void rowdot_bf16_avx2(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const uint16_t *k,
+                             int64_t ldk, float *s, int64_t lds) {
+    rowdot_any(KIND_BF16, rows, nj, d, q, ldq, k, ldk, s, lds);
+}
+
+static void rowdot_f16_avx2(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const uint16_t *k,
+                            int64_t ldk, float *s, int64_t lds) {
+    rowdot_any(KIND_F16, rows, nj, d, q, ldq, k, ldk, s, lds);
 }
 
 /*
@@ -154,9 +266,11 @@ const cpu_kernels cpu_kernels_avx2 = {
     .gemm_bf16 = 0, /* bf16 storage is widened to f32 */
     .softmax_tile = softmax_tile_avx2,
     .exp_tile = exp_tile_avx2,
-    .rowdot = cpu_rowdot_generic,
-    .rowdot_bf16 = cpu_rowdot_bf16_generic,
-    .gemm_f32_bf16b = cpu_gemm_f32_bf16b_generic,
+    .rowdot = rowdot_avx2,
+    .rowdot_bf16 = rowdot_bf16_avx2,
+    .rowdot_f16 = rowdot_f16_avx2,
+    .gemm_f32_bf16b = gemm_f32_bf16b_avx2,
+    .gemm_f32_f16b = gemm_f32_f16b_avx2,
     .widen_f16 = widen_f16_avx2,
     .widen_bf16 = cpu_widen_bf16_generic,
     .pair_bf16 = cpu_pair_bf16_generic,

@@ -75,13 +75,15 @@ FORCE_INLINE void tile_f32(const int R, const int NV, int64_t k,
     FOR_ROWS(ACC_STORE)
 }
 
-/* 16 bf16 values to f32: a bf16 is the high half of its f32. */
-FORCE_INLINE __m512 widen16(const uint16_t *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p)), 16));
+/* 16 half-precision values to f32: a bf16 is the high half of its f32 (F16 = 0),
+ * an f16 goes through vcvtph2ps (F16 = 1). */
+FORCE_INLINE __m512 widen16(const int F16, const uint16_t *p) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* As tile_f32, with B in bf16 (decode: V read in place from the cache). */
-FORCE_INLINE void tile_f32_bf16b(const int R, const int NV, int64_t k,
+/* As tile_f32, with B in bf16 or f16 (decode: V read in place from the cache). */
+FORCE_INLINE void tile_f32_halfb(const int F16, const int R, const int NV, int64_t k,
                                  const float *a, int64_t a_rs, int64_t a_ks,
                                  const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
     const __m512 zero = _mm512_setzero_ps();
@@ -92,10 +94,10 @@ FORCE_INLINE void tile_f32_bf16b(const int R, const int NV, int64_t k,
         const uint16_t *bk = b + kk * ldb;
         const float *ak = a + kk * a_ks;
         __m512 b0 = zero, b1 = zero, b2 = zero, b3 = zero;
-        if (NV > 0) b0 = widen16(bk);
-        if (NV > 1) b1 = widen16(bk + 16);
-        if (NV > 2) b2 = widen16(bk + 32);
-        if (NV > 3) b3 = widen16(bk + 48);
+        if (NV > 0) b0 = widen16(F16, bk);
+        if (NV > 1) b1 = widen16(F16, bk + 16);
+        if (NV > 2) b2 = widen16(F16, bk + 32);
+        if (NV > 3) b3 = widen16(F16, bk + 48);
         FOR_ROWS(F32_STEP)
     }
     FOR_ROWS(ACC_STORE)
@@ -170,8 +172,9 @@ FORCE_INLINE __m512 reduce16(const __m512 x[16]) {
 }
 
 /* 16 bf16 values as f32; masked-off lanes read nothing and give 0. */
-FORCE_INLINE __m512 widen16_masked(__mmask16 m, const uint16_t *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+FORCE_INLINE __m512 widen16_masked(const int F16, __mmask16 m, const uint16_t *p) {
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 /*
@@ -188,7 +191,8 @@ FORCE_INLINE __m512 widen16_masked(__mmask16 m, const uint16_t *p) {
     M(10, 8) M(11, 9) M(12, 10) M(13, 11) M(14, 12) M(15, 13) M(16, 14) M(17, 15)
 #define X8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 
-FORCE_INLINE void rowdot_body(const int BF16, const int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+/* KIND: K rows in f32 (0), bf16 (1) or f16 (2). */
+FORCE_INLINE void rowdot_body(const int KIND, const int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
                               const void *kv, int64_t ldk, float *s, int64_t lds) {
     const int kb_full = 16 / rows;
     const __m512 zero = _mm512_setzero_ps();
@@ -202,7 +206,7 @@ FORCE_INLINE void rowdot_body(const int BF16, const int rows, int64_t nj, int64_
 #define LOAD_K(n, t)                                                                                \
     __m512 k##n = zero;                                                                             \
     if ((t) < kb_full && (t) < kb)                                                                  \
-        k##n = BF16 ? widen16_masked(m, (const uint16_t *)kv + (j + (t)) * ldk + dd)               \
+        k##n = KIND ? widen16_masked(KIND == 2, m, (const uint16_t *)kv + (j + (t)) * ldk + dd)    \
                     : _mm512_maskz_loadu_ps(m, (const float *)kv + (j + (t)) * ldk + dd);
             X16(LOAD_K)
 #define LOAD_Q(r) __m512 q##r = (r) < rows ? _mm512_maskz_loadu_ps(m, q + (r) * ldq + dd) : zero;
@@ -221,20 +225,20 @@ FORCE_INLINE void rowdot_body(const int BF16, const int rows, int64_t nj, int64_
 }
 
 /* Compile-time row counts keep the accumulators in registers; 8 rows at a time. */
-#define ROWDOT_DISPATCH(BF16)                                                                       \
+#define ROWDOT_DISPATCH(KIND)                                                                       \
     for (int r0 = 0; r0 < rows; r0 += 8) {                                                          \
         int n = rows - r0 < 8 ? rows - r0 : 8;                                                      \
         const float *qr = q + r0 * ldq;                                                             \
         float *sr = s + r0;                                                                         \
         switch (n) {                                                                                \
-        case 1: rowdot_body(BF16, 1, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
-        case 2: rowdot_body(BF16, 2, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
-        case 3: rowdot_body(BF16, 3, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
-        case 4: rowdot_body(BF16, 4, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
-        case 5: rowdot_body(BF16, 5, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
-        case 6: rowdot_body(BF16, 6, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
-        case 7: rowdot_body(BF16, 7, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
-        default: rowdot_body(BF16, 8, nj, d, qr, ldq, k, ldk, sr, lds); break;                      \
+        case 1: rowdot_body(KIND, 1, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 2: rowdot_body(KIND, 2, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 3: rowdot_body(KIND, 3, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 4: rowdot_body(KIND, 4, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 5: rowdot_body(KIND, 5, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 6: rowdot_body(KIND, 6, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        case 7: rowdot_body(KIND, 7, nj, d, qr, ldq, k, ldk, sr, lds); break;                       \
+        default: rowdot_body(KIND, 8, nj, d, qr, ldq, k, ldk, sr, lds); break;                      \
         }                                                                                           \
     }
 
@@ -246,6 +250,11 @@ static void rowdot_avx512(int rows, int64_t nj, int64_t d, const float *q, int64
 static void rowdot_bf16_avx512(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
                                const uint16_t *k, int64_t ldk, float *s, int64_t lds) {
     ROWDOT_DISPATCH(1)
+}
+
+static void rowdot_f16_avx512(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                              const uint16_t *k, int64_t ldk, float *s, int64_t lds) {
+    ROWDOT_DISPATCH(2)
 }
 
 /* One function per (rows, nv) so each keeps its accumulators in registers. */
@@ -283,29 +292,22 @@ static void rowdot_bf16_avx512(int rows, int64_t nj, int64_t d, const float *q, 
         tile_bf16(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                                        \
     }
 
-#define DEFINE_BF16B(R)                                                                             \
-    static void f32b_##R##_1(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
-                             int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
-        tile_f32_bf16b(R, 1, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                               \
-    }                                                                                               \
-    static void f32b_##R##_2(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
-                             int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
-        tile_f32_bf16b(R, 2, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                               \
-    }                                                                                               \
-    static void f32b_##R##_3(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
-                             int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
-        tile_f32_bf16b(R, 3, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                               \
-    }                                                                                               \
-    static void f32b_##R##_4(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
-                             int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
-        tile_f32_bf16b(R, 4, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                               \
+#define DEFINE_HALFB_NV(T, F16, R, NV)                                                              \
+    static void T##_##R##_##NV(int64_t k, const float *a, int64_t rs, int64_t ks, const uint16_t *b,  \
+                               int64_t ldb, float *c, int64_t ldc, int acc, const float *cs) {        \
+        tile_f32_halfb(F16, R, NV, k, a, rs, ks, b, ldb, c, ldc, acc, cs);                           \
     }
-DEFINE_BF16B(1)
-DEFINE_BF16B(2)
-DEFINE_BF16B(3)
-DEFINE_BF16B(4)
-DEFINE_BF16B(5)
-DEFINE_BF16B(6)
+#define DEFINE_HALFB(R)                                                                             \
+    DEFINE_HALFB_NV(f32b, 0, R, 1) DEFINE_HALFB_NV(f32b, 0, R, 2)                                   \
+    DEFINE_HALFB_NV(f32b, 0, R, 3) DEFINE_HALFB_NV(f32b, 0, R, 4)                                   \
+    DEFINE_HALFB_NV(f32h, 1, R, 1) DEFINE_HALFB_NV(f32h, 1, R, 2)                                   \
+    DEFINE_HALFB_NV(f32h, 1, R, 3) DEFINE_HALFB_NV(f32h, 1, R, 4)
+DEFINE_HALFB(1)
+DEFINE_HALFB(2)
+DEFINE_HALFB(3)
+DEFINE_HALFB(4)
+DEFINE_HALFB(5)
+DEFINE_HALFB(6)
 
 DEFINE_TILES(1)
 DEFINE_TILES(2)
@@ -329,11 +331,19 @@ typedef void (*tile_f32b_fn)(int64_t, const float *, int64_t, int64_t, const uin
                              int64_t, int, const float *);
 static const tile_f32b_fn f32b_tiles[CPU_MR][CPU_NV_MAX] = {
     ROW_OF(f32b, 1), ROW_OF(f32b, 2), ROW_OF(f32b, 3), ROW_OF(f32b, 4), ROW_OF(f32b, 5), ROW_OF(f32b, 6)};
+static const tile_f32b_fn f32h_tiles[CPU_MR][CPU_NV_MAX] = {
+    ROW_OF(f32h, 1), ROW_OF(f32h, 2), ROW_OF(f32h, 3), ROW_OF(f32h, 4), ROW_OF(f32h, 5), ROW_OF(f32h, 6)};
 
 static void gemm_f32_bf16b_avx512(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
                                   const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
                                   const float *cs) {
     f32b_tiles[rows - 1][nv - 1](k, a, a_rs, a_ks, b, ldb, c, ldc, accumulate, cs);
+}
+
+static void gemm_f32_f16b_avx512(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                                 const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+                                 const float *cs) {
+    f32h_tiles[rows - 1][nv - 1](k, a, a_rs, a_ks, b, ldb, c, ldc, accumulate, cs);
 }
 
 static void gemm_f32_avx512(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
@@ -532,6 +542,8 @@ const cpu_kernels cpu_kernels_avx512 = {
     .rowdot = rowdot_avx512,
     .rowdot_bf16 = rowdot_bf16_avx512,
     .gemm_f32_bf16b = gemm_f32_bf16b_avx512,
+    .rowdot_f16 = rowdot_f16_avx512,
+    .gemm_f32_f16b = gemm_f32_f16b_avx512,
     .widen_f16 = widen_f16_avx512,
     .widen_bf16 = widen_bf16_avx512,
     .pair_bf16 = pair_bf16_avx512,

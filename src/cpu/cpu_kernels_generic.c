@@ -76,19 +76,32 @@ void cpu_rowdot_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t
         }
 }
 
-void cpu_rowdot_bf16_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const uint16_t *k,
-                             int64_t ldk, float *s, int64_t lds) {
+static float bf16_value(uint16_t h) { return fa_bf16_to_f32(h); }
+static float f16_value(uint16_t h) { return fa_f16_to_f32(h); }
+
+static void rowdot_half(float (*value)(uint16_t), int rows, int64_t nj, int64_t d, const float *q, int64_t ldq,
+                        const uint16_t *k, int64_t ldk, float *s, int64_t lds) {
     for (int r = 0; r < rows; ++r)
         for (int64_t j = 0; j < nj; ++j) {
             float acc = 0.0f;
-            for (int64_t dd = 0; dd < d; ++dd) acc += q[r * ldq + dd] * fa_bf16_to_f32(k[j * ldk + dd]);
+            for (int64_t dd = 0; dd < d; ++dd) acc += q[r * ldq + dd] * value(k[j * ldk + dd]);
             s[j * lds + r] = acc;
         }
 }
 
-void cpu_gemm_f32_bf16b_generic(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
-                                const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
-                                const float *c_scale) {
+void cpu_rowdot_bf16_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const uint16_t *k,
+                             int64_t ldk, float *s, int64_t lds) {
+    rowdot_half(bf16_value, rows, nj, d, q, ldq, k, ldk, s, lds);
+}
+
+void cpu_rowdot_f16_generic(int rows, int64_t nj, int64_t d, const float *q, int64_t ldq, const uint16_t *k,
+                            int64_t ldk, float *s, int64_t lds) {
+    rowdot_half(f16_value, rows, nj, d, q, ldq, k, ldk, s, lds);
+}
+
+static void gemm_f32_halfb(float (*value)(uint16_t), int rows, int nv, int64_t k, const float *a, int64_t a_rs,
+                           int64_t a_ks, const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+                           const float *c_scale) {
     int ncols = nv * CPU_LANES;
     for (int r = 0; r < rows; ++r) {
         float acc[CPU_NV_MAX * CPU_LANES];
@@ -96,10 +109,22 @@ void cpu_gemm_f32_bf16b_generic(int rows, int nv, int64_t k, const float *a, int
             acc[col] = accumulate ? c[r * ldc + col] * (c_scale ? c_scale[col] : 1.0f) : 0.0f;
         for (int64_t kk = 0; kk < k; ++kk) {
             float av = a[r * a_rs + kk * a_ks];
-            for (int col = 0; col < ncols; ++col) acc[col] += av * fa_bf16_to_f32(b[kk * ldb + col]);
+            for (int col = 0; col < ncols; ++col) acc[col] += av * value(b[kk * ldb + col]);
         }
         for (int col = 0; col < ncols; ++col) c[r * ldc + col] = acc[col];
     }
+}
+
+void cpu_gemm_f32_bf16b_generic(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                                const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+                                const float *c_scale) {
+    gemm_f32_halfb(bf16_value, rows, nv, k, a, a_rs, a_ks, b, ldb, c, ldc, accumulate, c_scale);
+}
+
+void cpu_gemm_f32_f16b_generic(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                               const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+                               const float *c_scale) {
+    gemm_f32_halfb(f16_value, rows, nv, k, a, a_rs, a_ks, b, ldb, c, ldc, accumulate, c_scale);
 }
 
 void cpu_widen_f16_generic(const uint16_t *src, float *dst, int64_t n) {
@@ -132,6 +157,8 @@ const cpu_kernels cpu_kernels_generic = {
     .rowdot = cpu_rowdot_generic,
     .rowdot_bf16 = cpu_rowdot_bf16_generic,
     .gemm_f32_bf16b = cpu_gemm_f32_bf16b_generic,
+    .rowdot_f16 = cpu_rowdot_f16_generic,
+    .gemm_f32_f16b = cpu_gemm_f32_f16b_generic,
     .widen_f16 = cpu_widen_f16_generic,
     .widen_bf16 = cpu_widen_bf16_generic,
     .pair_bf16 = cpu_pair_bf16_generic,
