@@ -260,6 +260,33 @@ static void widen_f16_avx2(const uint16_t *src, float *dst, int64_t n) {
     if (i < n) cpu_widen_f16_generic(src + i, dst + i, n - i);
 }
 
+/* bf16 rows to f32, eight at a time: a bf16 is the high half of its f32. */
+static void widen_bf16_avx2(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, load8(KIND_BF16, src, i));
+    if (i < n) cpu_widen_bf16_generic(src + i, dst + i, n - i);
+}
+
+/* Output rows: the rounding of fa_f32_to_bf16 (to nearest even, NaN kept
+ * quiet), eight values at a time. */
+static void narrow_bf16_avx2(const float *src, float scale, uint16_t *dst, int64_t n) {
+    const __m256 sv = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(src + i), sv));
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+        /* NaN (magnitude above infinity's bits): keep the top half, made quiet */
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+        /* 32 -> 16 bits (every value fits): pack within the 128-bit lanes, then gather the two halves */
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_castsi256_si128(packed));
+    }
+    if (i < n) cpu_narrow_bf16_generic(src + i, scale, dst + i, n - i);
+}
+
 const cpu_kernels cpu_kernels_avx2 = {
     .name = "avx2",
     .gemm_f32 = gemm_f32_avx2,
@@ -272,8 +299,8 @@ const cpu_kernels cpu_kernels_avx2 = {
     .gemm_f32_bf16b = gemm_f32_bf16b_avx2,
     .gemm_f32_f16b = gemm_f32_f16b_avx2,
     .widen_f16 = widen_f16_avx2,
-    .widen_bf16 = cpu_widen_bf16_generic,
+    .widen_bf16 = widen_bf16_avx2,
     .pair_bf16 = cpu_pair_bf16_generic,
     .pair_f32 = cpu_pair_f32_generic,
-    .narrow_bf16 = cpu_narrow_bf16_generic,
+    .narrow_bf16 = narrow_bf16_avx2,
 };
