@@ -42,6 +42,13 @@ static inline void *cpu_take(cpu_arena *a, size_t bytes) {
     return p;
 }
 
+/* n bf16 values of a row as (n + 1) / 2 pair words, word k at dst[k * stride]: value
+ * 2k in the low half, 2k + 1 in the high half (zero past the row's end). */
+static inline void cpu_pair_row(const uint16_t *src, int64_t n, uint32_t *dst, int64_t stride) {
+    for (int64_t k = 0; k < n / 2; ++k) dst[k * stride] = (uint32_t)src[2 * k] | (uint32_t)src[2 * k + 1] << 16;
+    if (n % 2) dst[n / 2 * stride] = src[n - 1];
+}
+
 /* Whether the bf16 pair kernels compute this problem (bf16 storage and a
  * native bf16 dot product); otherwise every operand is widened to f32. */
 static inline int cpu_use_bf16(const fa_problem *p, const cpu_kernels *kr) {

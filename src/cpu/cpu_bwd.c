@@ -92,7 +92,7 @@ static size_t bwd_scratch_layout(const fa_problem *p, const bwd_dims *d, int own
                       h * bn * Dp, h * bn * Dvp, h * bn / 2 * dpad, h * bn * bm / 2, h * bn * bm / 2, h * bn / 2 * bm,
                       /* both */
                       G * sqp, G * sqp, own_dq ? G * sqp * dpad : 0, bn * dpad, bn * dvpad,
-                      bn * bm, bn * bm, bn * bm, bn * bm, bn * bm, D + 2 * Dv + 16,
+                      bn * bm, bn * bm, bn * bm, bn * bm, bn * bm, 2 * Dv + 16,
                       bm, bm, bm, bm, bm, bm};
     float **fl[] = {&w->qt, &w->qn, &w->dot, &w->don, &w->kt, &w->vt};
     uint32_t **pr[] = {&w->q_dpairs, &w->do_dpairs, &w->q_rpairs, &w->do_rpairs, &w->k_dpairs, &w->v_dpairs,
@@ -128,12 +128,6 @@ static const void *elem(const fa_view *v, fa_dtype t, int64_t off) {
     return (const char *)v->data + off * (int64_t)fa_dtype_size(t);
 }
 
-/* n bf16 values as n / 2 words (a last odd value with a zero high half). */
-static void pairs_along_row(const uint16_t *src, uint32_t *dst, int64_t n) {
-    for (int64_t k = 0; k < n / 2; ++k) dst[k] = (uint32_t)src[2 * k] | (uint32_t)src[2 * k + 1] << 16;
-    if (n % 2) dst[n / 2] = src[n - 1];
-}
-
 /* lse in the log2 domain and Delta = rowsum(dO * O) of query row i of head h. */
 static void row_stats(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t h, int64_t i, float *lse2, float *delta) {
     const fa_problem *p = job->p;
@@ -163,7 +157,6 @@ static void prepare_queries(const bwd_job *job, bwd_scratch *w, int64_t b, int64
         if (job->bf16) {
             uint32_t *qt = w->q_dpairs + g * d->sqp * Dp, *dot = w->do_dpairs + g * d->sqp * Dvp;
             uint32_t *qr = w->q_rpairs + g * d->sqp / 2 * d->dpad, *dor = w->do_rpairs + g * d->sqp / 2 * d->dvpad;
-            uint32_t *tmp = (uint32_t *)(void *)w->row; /* one row's pairs */
             memset(qt, 0, (size_t)(d->sqp * Dp) * 4);
             memset(dot, 0, (size_t)(d->sqp * Dvp) * 4);
             memset(qr, 0, (size_t)(d->sqp / 2 * d->dpad) * 4);
@@ -177,10 +170,8 @@ static void prepare_queries(const bwd_job *job, bwd_scratch *w, int64_t b, int64
                 job->kr->pair_bf16(o0, o1, dor + i / 2 * d->dvpad, Dv);
                 for (int64_t r = i; r < i + 2 && r < sq; ++r) { /* the transposed forms, column r % BM of block r / BM */
                     int64_t blk = r / CPU_BM, c = r % CPU_BM;
-                    pairs_along_row(r == i ? q0 : q1, tmp, D);
-                    for (int64_t k = 0; k < Dp; ++k) qt[(blk * Dp + k) * CPU_BM + c] = tmp[k];
-                    pairs_along_row(r == i ? o0 : o1, tmp, Dv);
-                    for (int64_t k = 0; k < Dvp; ++k) dot[(blk * Dvp + k) * CPU_BM + c] = tmp[k];
+                    cpu_pair_row(r == i ? q0 : q1, D, qt + blk * Dp * CPU_BM + c, CPU_BM);
+                    cpu_pair_row(r == i ? o0 : o1, Dv, dot + blk * Dvp * CPU_BM + c, CPU_BM);
                 }
             }
             continue;
@@ -215,8 +206,8 @@ static void load_key_tile(const bwd_job *job, bwd_scratch *w, int64_t b, int64_t
             const uint16_t *k1 = j + 1 < nj ? elem(&p->k, p->dtype, fa_k_offset(p, &p->k, b, j0 + j + 1, kvh)) : NULL;
             job->kr->pair_bf16(k0, k1, w->k_rpairs + j / 2 * d->dpad, p->D);
             for (int64_t r = j; r < j + 2 && r < nj; ++r) {
-                pairs_along_row(r == j ? k0 : k1, w->k_dpairs + r * Dp, p->D);
-                pairs_along_row(elem(&p->v, p->dtype, fa_k_offset(p, &p->v, b, j0 + r, kvh)), w->v_dpairs + r * Dvp, p->Dv);
+                cpu_pair_row(r == j ? k0 : k1, p->D, w->k_dpairs + r * Dp, 1);
+                cpu_pair_row(elem(&p->v, p->dtype, fa_k_offset(p, &p->v, b, j0 + r, kvh)), p->Dv, w->v_dpairs + r * Dvp, 1);
             }
         }
         return;

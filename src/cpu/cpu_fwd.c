@@ -92,7 +92,6 @@ typedef struct q_block {
     int64_t nrows, ncols;       /* real rows; columns padded to the lane count */
     int64_t kmin, kmax;         /* union of the rows' visible keys */
     int64_t lo_max, hi_min;     /* intersection: tiles inside it need no mask */
-    int natural;                /* few rows: Q [rows][D] and O [rows][dvpad], head dim along the lanes */
     void *qt;                   /* Q^T: f32 [D][ncols] or bf16 pairs [D/2][ncols] */
     float *ot;                  /* O^T accumulator [Dv][ncols] */
     float *m, *l, *alpha;
@@ -109,8 +108,7 @@ typedef struct fwd_scratch {
     int64_t v_rs;      /* its row stride: Dv plus a line, so consecutive rows fall in different L1 sets */
     const void *ka;    /* the K tile the score kernel reads (kbuf, or K in place) */
     int64_t ka_rs;     /* its row stride in elements (f32) or words (pairs) */
-    int raw_half;      /* few-row blocks read bf16 or f16 K and V in place (no tile copy) */
-    const uint16_t *kraw, *vraw; /* then: the tile's first K and V rows, k.ss / v.ss apart */
+    const uint16_t *kraw, *vraw; /* with job->rows_in_place: the tile's first K and V rows, k.ss / v.ss apart */
     int32_t *lo_rel, *hi_rel;
 } fwd_scratch;
 
@@ -151,7 +149,11 @@ typedef struct fwd_job {
     const fa_problem *p;
     const cpu_kernels *kr;
     int bf16;             /* bf16 pair kernels, else f32 */
-    int few_rows;         /* every block has at most CPU_FEW_ROWS rows and takes the few-row path */
+    int few_rows;         /* every block has at most CPU_FEW_ROWS rows and takes the few-row path:
+                             Q [rows][D] and O [rows][dvpad], head dim along the lanes */
+    int rows_in_place;    /* ... and reads a bf16 or f16 cache in place (no tile copy), with: */
+    cpu_rowdot_half_fn rowdot_half;
+    cpu_gemm_f32_halfb_fn gemm_halfb;
     fwd_geometry g;
     char *scratch;        /* per-thread scratch, scratch_bytes apart */
     size_t scratch_bytes;
@@ -176,10 +178,7 @@ static void pack_q(const fwd_job *job, q_block *q, int64_t b, float *tmp) {
                 continue;
             }
             const uint16_t *src = (const uint16_t *)row_ptr(&p->q, p->dtype, fa_q_offset(p, &p->q, b, q->row[c], q->head[c]));
-            for (int64_t k = 0; k < dp; ++k) {
-                uint32_t hi = 2 * k + 1 < p->D ? (uint32_t)src[2 * k + 1] : 0u;
-                qt[k * ncols + c] = (uint32_t)src[2 * k] | hi << 16;
-            }
+            cpu_pair_row(src, p->D, qt + c, ncols);
         }
     } else {
         float *qt = q->qt;
@@ -211,10 +210,7 @@ static void load_tile(const fwd_job *job, fwd_scratch *w, int64_t b, int64_t kvh
             uint32_t *kb = w->kbuf;
             for (int64_t j = 0; j < nj; ++j) {
                 const uint16_t *src = (const uint16_t *)row_ptr(&p->k, p->dtype, fa_k_offset(p, &p->k, b, j0 + j, kvh));
-                for (int64_t k = 0; k < dp; ++k) {
-                    uint32_t hi = 2 * k + 1 < p->D ? (uint32_t)src[2 * k + 1] : 0u;
-                    kb[j * dp + k] = (uint32_t)src[2 * k] | hi << 16;
-                }
+                cpu_pair_row(src, p->D, kb + j * dp, 1);
             }
             w->ka = kb;
             w->ka_rs = dp;
@@ -289,7 +285,7 @@ static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split, f
     const fa_problem *p = job->p;
     const int64_t ncols = q->ncols;
     /* element (row c, d) of O: transposed [Dv][ncols], or natural [rows][dvpad] */
-    const int64_t d_stride = q->natural ? 1 : ncols, c_stride = q->natural ? cpu_round_up(p->Dv, CPU_LANES) : 1;
+    const int64_t d_stride = job->few_rows ? 1 : ncols, c_stride = job->few_rows ? cpu_round_up(p->Dv, CPU_LANES) : 1;
     for (int64_t c = 0; c < q->nrows; ++c) {
         int64_t h = q->head[c], i = q->row[c];
         const float *oc = q->ot + c * c_stride;
@@ -342,9 +338,8 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
     const int64_t dvpad = cpu_round_up(p->Dv, CPU_LANES);
     for (int64_t jc = 0; jc < nj; jc += ROWS_CHUNK) { /* the next tile's K rows ride along */
         int64_t n = nj - jc < ROWS_CHUNK ? nj - jc : ROWS_CHUNK;
-        if (w->raw_half)
-            (p->dtype == FA_F16 ? job->kr->rowdot_f16 : job->kr->rowdot_bf16)((int)R, n, p->D, q->qt, p->D, w->kraw + jc * p->k.ss,
-                                                                             p->k.ss, w->s + jc * ncols, ncols);
+        if (job->rows_in_place)
+            job->rowdot_half((int)R, n, p->D, q->qt, p->D, w->kraw + jc * p->k.ss, p->k.ss, w->s + jc * ncols, ncols);
         else
             job->kr->rowdot((int)R, n, p->D, q->qt, p->D, (const float *)w->ka + jc * w->ka_rs, w->ka_rs, w->s + jc * ncols, ncols);
         prefetch_rows(job, pf, jc, jc + ROWS_CHUNK, 1, 0);
@@ -366,10 +361,9 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
     /* O[r][:] += sum_j P^T[j][r] V[j][:]; V rows are Dv apart, the padded columns are ignored */
     for (int64_t jc = 0; jc < nj; jc += ROWS_CHUNK) { /* the next tile's V rows ride along */
         int64_t n = nj - jc < ROWS_CHUNK ? nj - jc : ROWS_CHUNK;
-        if (w->raw_half) /* Dv is a multiple of 16 here: no read past a row */
-            cpu_gemm_f32_halfb(p->dtype == FA_F16 ? job->kr->gemm_f32_f16b : job->kr->gemm_f32_bf16b, R, dvpad, n,
-                               w->s + jc * ncols, 1, ncols, w->vraw + jc * p->v.ss, p->v.ss, q->ot,
-                               dvpad, 1, NULL);
+        if (job->rows_in_place) /* Dv is a multiple of 16 here: no read past a row */
+            cpu_gemm_f32_halfb(job->gemm_halfb, R, dvpad, n, w->s + jc * ncols, 1, ncols, w->vraw + jc * p->v.ss, p->v.ss,
+                               q->ot, dvpad, 1, NULL);
         else
             cpu_gemm_f32(job->kr, R, dvpad, n, w->s + jc * ncols, 1, ncols, (const float *)w->vbuf + jc * w->v_rs, w->v_rs,
                          q->ot, dvpad, 1, NULL);
@@ -412,12 +406,11 @@ static void start_block(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
         q->m[c] = -INFINITY;
         q->l[c] = 0.0f;
     }
-    q->natural = job->few_rows;
     if (q->kmin < q->kmax) {
-        if (q->natural) pack_q_rows(job, q, b);
+        if (job->few_rows) pack_q_rows(job, q, b);
         else pack_q(job, q, b, w->kbuf);
         /* O^T [Dv][ncols], or O [rows][Dv rounded up to 16] on the few-row path */
-        int64_t o_size = q->natural ? q->nrows * cpu_round_up(p->Dv, CPU_LANES) : p->Dv * q->ncols;
+        int64_t o_size = job->few_rows ? q->nrows * cpu_round_up(p->Dv, CPU_LANES) : p->Dv * q->ncols;
         memset(q->ot, 0, (size_t)o_size * sizeof(float));
     }
 }
@@ -494,9 +487,6 @@ static void fwd_task(void *arg, int64_t t, int worker) {
     /* The few-row path's scores fill columns [0, rows) of the tile; the
      * padding columns go through the softmax too and must hold numbers. */
     if (job->few_rows) memset(w.s, 0, (size_t)(CPU_BN * CPU_BM) * sizeof(float));
-    /* Few-row blocks over a contiguous bf16 or f16 cache read it in place, once. */
-    w.raw_half = (p->dtype == FA_BF16 || p->dtype == FA_F16) && !p->block_table && p->Dv % CPU_LANES == 0;
-    for (int k = 0; k < nb; ++k) w.raw_half &= w.blk[k].natural;
     for (int64_t j0 = kmin; j0 < kmax; j0 += CPU_BN) {
         int64_t nj = kmax - j0 < CPU_BN ? kmax - j0 : CPU_BN;
         for (int64_t h = 0; h < nkv; ++h) {
@@ -504,7 +494,7 @@ static void fwd_task(void *arg, int64_t t, int worker) {
             int sees_any = 0;
             for (int k = first[h]; k < first[h + 1]; ++k) sees_any |= w.blk[k].kmin < j0 + nj && w.blk[k].kmax > j0;
             if (!sees_any) continue; /* no block of this head sees the tile */
-            if (w.raw_half) {
+            if (job->rows_in_place) {
                 w.kraw = (const uint16_t *)p->k.data + fa_k_offset(p, &p->k, b, j0, kvh);
                 w.vraw = (const uint16_t *)p->v.data + fa_k_offset(p, &p->v, b, j0, kvh);
             } else {
@@ -516,9 +506,9 @@ static void fwd_task(void *arg, int64_t t, int worker) {
             for (int k = first[h]; k < first[h + 1]; ++k) {
                 q_block *q = &w.blk[k];
                 int sees = q->kmin < j0 + nj && q->kmax > j0; /* else a tile the block cannot see */
-                if (sees && q->natural) block_step_rows(job, &w, q, b, j0, nj, &pf); /* prefetches as it goes */
+                if (sees && job->few_rows) block_step_rows(job, &w, q, b, j0, nj, &pf); /* prefetches as it goes */
                 else if (sees) block_step(job, &w, q, b, j0, nj);
-                if (!sees || !q->natural) {
+                if (!sees || !job->few_rows) {
                     int64_t upto = pf.nj * (k - first[h] + 1) / nbh;
                     prefetch_rows(job, &pf, pf_done, upto, 1, 1);
                     pf_done = upto;
@@ -582,10 +572,14 @@ fa_status cpu_forward(const fa_problem *p, const fa_exec *x, int num_splits) {
     job.g = fwd_geometry_of(p, num_splits);
     /* Decode-like problems: at most CPU_FEW_ROWS rows a block, in every block
      * (the rows of a work item share its K/V tiles, so they share one path).
-     * With the bf16 pair kernels that path must read the cache in place:
-     * its f32 kernels cannot read paired tiles. */
-    job.few_rows = job.g.rows_per_head * job.g.heads_per_block <= CPU_FEW_ROWS &&
-                   (!job.bf16 || (!p->block_table && p->Dv % CPU_LANES == 0));
+     * A contiguous bf16 or f16 cache is read in place, once; with the bf16
+     * pair kernels that is the only way, as the path's f32 kernels cannot
+     * read paired tiles. */
+    const int half_in_place = (p->dtype == FA_BF16 || p->dtype == FA_F16) && !p->block_table && p->Dv % CPU_LANES == 0;
+    job.few_rows = job.g.rows_per_head * job.g.heads_per_block <= CPU_FEW_ROWS && (!job.bf16 || half_in_place);
+    job.rows_in_place = job.few_rows && half_in_place;
+    job.rowdot_half = p->dtype == FA_F16 ? job.kr->rowdot_f16 : job.kr->rowdot_bf16;
+    job.gemm_halfb = p->dtype == FA_F16 ? job.kr->gemm_f32_f16b : job.kr->gemm_f32_bf16b;
     job.scratch_bytes = cpu_align_up(fwd_scratch_bytes(p));
     if (!x->workspace || x->workspace_bytes < cpu_forward_workspace(p, x, num_splits))
         return fa_set_error(FA_ERR_WORKSPACE, "workspace: the CPU forward needs %zu bytes, got %zu",

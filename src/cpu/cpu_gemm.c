@@ -105,20 +105,30 @@ static const cpu_kernels *choose(void) {
     return &cpu_kernels_generic;
 }
 
+/* The set FA_CPU_KERNELS names, or NULL when the name is unknown or this CPU cannot run it. */
+static const cpu_kernels *named_set(const char *name) {
+    if (strcmp(name, "generic") == 0) return &cpu_kernels_generic;
+#if defined(__x86_64__) || defined(_M_X64)
+    const cpu_features *f = cpu_detect_features();
+    if (strcmp(name, "avx2") == 0 && f->avx2 && f->fma && f->f16c) return &cpu_kernels_avx2;
+    if (strcmp(name, "avx512") == 0 && has_avx512(f)) return avx512_without_bf16_products();
+    if (strcmp(name, "avx512bf16") == 0 && has_avx512(f) && f->avx512bf16) return &cpu_kernels_avx512;
+#endif
+    return NULL;
+}
+
+int cpu_kernels_runnable(const char *name) {
+    return named_set(name) != NULL;
+}
+
 static const cpu_kernels *_Atomic chosen;
 
 const cpu_kernels *cpu_kernels_select(void) {
     const cpu_kernels *k = chosen;
     if (!k) { /* the first call decides; a racing call decides the same way */
         const char *force = getenv("FA_CPU_KERNELS");
-        k = choose();
-        if (force && strcmp(force, "generic") == 0) k = &cpu_kernels_generic;
-#if defined(__x86_64__) || defined(_M_X64)
-        const cpu_features *f = cpu_detect_features();
-        if (force && strcmp(force, "avx2") == 0 && f->avx2 && f->fma && f->f16c) k = &cpu_kernels_avx2;
-        if (force && strcmp(force, "avx512") == 0 && has_avx512(f)) k = avx512_without_bf16_products();
-        if (force && strcmp(force, "avx512bf16") == 0 && has_avx512(f) && f->avx512bf16) k = &cpu_kernels_avx512;
-#endif
+        k = force ? named_set(force) : NULL;
+        if (!k) k = choose(); /* no name, or one this CPU cannot run */
         chosen = k;
     }
     return k;

@@ -139,8 +139,12 @@ void cpu_pair_bf16_generic(const uint16_t *r0, const uint16_t *r1, uint32_t *out
 void cpu_pair_f32_generic(const float *p0, const float *p1, uint32_t *out, int64_t n);
 void cpu_narrow_bf16_generic(const float *src, float scale, uint16_t *dst, int64_t n);
 
-/* The best kernels for this machine, picked once from cpuid. */
+/* The best kernels for this machine, picked once from cpuid, or the set the
+ * environment variable FA_CPU_KERNELS names (generic, avx2, avx512,
+ * avx512bf16) when this CPU can run it. */
 const cpu_kernels *cpu_kernels_select(void);
+/* Whether FA_CPU_KERNELS=name would be honoured on this CPU. */
+int cpu_kernels_runnable(const char *name);
 
 /* Macro loops over micro-tiles: m rows (any), n columns (a multiple of 16). */
 void cpu_gemm_f32(const cpu_kernels *kr, int64_t m, int64_t n, int64_t k,

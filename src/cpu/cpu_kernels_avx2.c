@@ -80,22 +80,27 @@ static const unit_fn units_bf16b[CPU_MR] = {unit_bf16b_1, unit_bf16b_2, unit_bf1
 static const unit_fn units_f16b[CPU_MR] = {unit_f16b_1, unit_f16b_2, unit_f16b_3,
                                            unit_f16b_4, unit_f16b_5, unit_f16b_6};
 
+/* A tile of nv 16-column units, each by the unit kernel of its row count. */
+static void run_units(const unit_fn *table, int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
+                      const void *b, int64_t b_elem, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
+    for (int v = 0; v < nv; ++v)
+        table[rows - 1](k, a, a_rs, a_ks, (const char *)b + 16 * v * b_elem, ldb, c + 16 * v, ldc, accumulate,
+                        cs ? cs + 16 * v : NULL);
+}
+
 static void gemm_f32_avx2(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
                           const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
-    for (int v = 0; v < nv; ++v)
-        units[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate, cs ? cs + 16 * v : NULL);
+    run_units(units, rows, nv, k, a, a_rs, a_ks, b, 4, ldb, c, ldc, accumulate, cs);
 }
 
 static void gemm_f32_bf16b_avx2(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
                                 const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
-    for (int v = 0; v < nv; ++v)
-        units_bf16b[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate, cs ? cs + 16 * v : NULL);
+    run_units(units_bf16b, rows, nv, k, a, a_rs, a_ks, b, 2, ldb, c, ldc, accumulate, cs);
 }
 
 static void gemm_f32_f16b_avx2(int rows, int nv, int64_t k, const float *a, int64_t a_rs, int64_t a_ks,
                                const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *cs) {
-    for (int v = 0; v < nv; ++v)
-        units_f16b[rows - 1](k, a, a_rs, a_ks, b + 16 * v, ldb, c + 16 * v, ldc, accumulate, cs ? cs + 16 * v : NULL);
+    run_units(units_f16b, rows, nv, k, a, a_rs, a_ks, b, 2, ldb, c, ldc, accumulate, cs);
 }
 
 FORCE_INLINE float hsum8(__m256 v) {

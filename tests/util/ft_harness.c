@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ft.h"
+#include "../../src/cpu/cpu_kernels.h"
 
 fa_backend ft_backend = FA_BACKEND_CPU;
 fa_context *ft_ctx = NULL;
@@ -21,28 +22,6 @@ static int g_passed, g_failed, g_skipped;
 static int env_flag(const char *name) {
     const char *s = getenv(name);
     return s && *s && strcmp(s, "0") != 0;
-}
-
-/* Whether fa_cpu_features() lists every feature in the space-separated list need. */
-static int cpu_has_all(const char *need) {
-    char buf[128], have[256];
-    snprintf(buf, sizeof buf, "%s", need);
-    snprintf(have, sizeof have, " %s ", fa_cpu_features());
-    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
-        char word[64];
-        snprintf(word, sizeof word, " %s ", tok);
-        if (!strstr(have, word)) return 0;
-    }
-    return 1;
-}
-
-/* FA_CPU_KERNELS forces a CPU micro-kernel set (src/cpu/cpu_gemm.c). A set this
- * CPU cannot run would silently fall back to the default: that is a skip. */
-static int cpu_kernels_runnable(const char *set) {
-    if (strcmp(set, "avx2") == 0) return cpu_has_all("avx2 fma f16c");
-    if (strcmp(set, "avx512") == 0) return cpu_has_all("fma f16c avx512f avx512bw avx512dq avx512vl");
-    if (strcmp(set, "avx512bf16") == 0) return cpu_has_all("fma f16c avx512f avx512bw avx512dq avx512vl avx512bf16");
-    return 1; /* generic runs anywhere */
 }
 
 static int make_context(fa_context **ctx, fa_backend b) {
@@ -86,6 +65,8 @@ int ft_init(const char *program) {
         }
 #endif
     }
+    /* FA_CPU_KERNELS forces a CPU micro-kernel set; one this CPU cannot run
+     * would silently fall back to the default: that is a skip. */
     const char *kernels = getenv("FA_CPU_KERNELS");
     if (ft_backend == FA_BACKEND_CPU && kernels && *kernels) {
         printf("%s: CPU kernels %s (FA_CPU_KERNELS)\n", program, kernels);
