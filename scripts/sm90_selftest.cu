@@ -396,6 +396,12 @@ static int check_all(bool small, bool varlen_only) {
         /* causal past 2048 queries (192-row tiles, paired order, its tail
          * dealt tile by tile) with an 88-row last tile: never split */
         cases.push_back({1, 2200, 2200, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
+        /* the same tiles moved down by phantom rows (Sm90FwdConfig::ROW_SHIFT)
+         * under both diagonal alignments with Sq != Sk, and with rows that
+         * see no key (Sq > Sk, bottom-right) */
+        cases.push_back({1, 2300, 2500, 2, 1, 64, 1, 1, -1, -1, 0.f, true, 1.f, 0});
+        cases.push_back({1, 2300, 2500, 2, 1, 64, 1, 0, -1, -1, 0.f, false, 1.f, 0});
+        cases.push_back({2, 2600, 2200, 2, 1, 64, 1, 0, -1, -1, 0.f, true, 1.f, 0});
         /* The split tail, on an H200 (132 SMs): 198 tiles leave a last wave
          * of 66, whose kv blocks (25 per tile) are shared out 12.5 per CTA,
          * so pieces split tiles and cross from one tile into the next. Few

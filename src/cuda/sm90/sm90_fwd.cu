@@ -49,13 +49,16 @@ using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
 using Sm90CfgF8M192Packed = Sm90PackedRows<Sm90SteadyUnmasked<Sm90FwdConfig<128, 128, 3, true, 3, true>>>;
 using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 
+#ifndef FA_SM90_D64_M128_MAX_SQ
+#define FA_SM90_D64_M128_MAX_SQ 2048
+#endif
 static sm90_variant sm90_pick(const fa_problem *p) {
     if (p->dtype == FA_F8_E4M3) {
         if (p->D <= 64) return SM90_F8_D64;
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_M192;
     }
     switch (sm90_padded_head_dim(p->D)) {
-    case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41 */
+    case 64: return p->has_mask && p->Sq <= FA_SM90_D64_M128_MAX_SQ ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41 */
     case 128: return SM90_D128;
     default: return SM90_D256;
     }
@@ -105,11 +108,12 @@ struct Sm90Shape {
     int split_unmasked_only; /* its split-tail kernel takes only unmasked, uncapped problems */
     int split_slot_f4s;      /* float4s a consumer thread leaves per tail piece (sm90_split_slot_f4s) */
     int short_split;         /* it has an instance that splits short last tiles (Sm90ShortSplit) */
+    int row_shift;           /* it can move a head's short tile first (ROW_SHIFT) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
     return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL,
-                     Cfg::SPLIT_UNMASKED_ONLY, sm90_split_slot_f4s<Cfg>(), Cfg::HAS_SHORT_SPLIT};
+                     Cfg::SPLIT_UNMASKED_ONLY, sm90_split_slot_f4s<Cfg>(), Cfg::HAS_SHORT_SPLIT, Cfg::ROW_SHIFT || Cfg::ROW_SHIFT_OWN_KERNEL};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -199,6 +203,9 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     /* Causal-like masks make late query blocks heavier: balance the CTAs with
      * pairs of query blocks (sm90_decode_tile), two tile indices per pair. */
     k->paired = p->window_right < FA_UNBOUNDED;
+    /* There a query block's keys grow with its index: the short tile goes
+     * first (Sm90FwdConfig::ROW_SHIFT), where it holds the fewest. */
+    k->row_shift = shape.row_shift && k->paired && !varlen ? (int)((shape.bm - p->Sq % shape.bm) % shape.bm) : 0;
     const int64_t heads = p->Hq * p->B, m = k->num_m_blocks;
     int64_t tiles = k->paired ? 2 * m * ((heads + 1) / 2) : m * heads;
     k->packed_rows = packed;
@@ -353,7 +360,9 @@ static void sm90_pair_tail_plan(const fa_problem *p, Sm90FwdParams *k, int sms) 
     if (!shape.pair_tail) return;
     int cost[SM90_PAIR_TAIL_MAX]; /* a tile's cost in tenths of a kv block, by query block (as sm90_decode_tile) */
     for (int m = 0; m < M; ++m) {
-        const int64_t i0 = (int64_t)m * shape.bm, i1 = (i0 + shape.bm < p->Sq ? i0 + shape.bm : p->Sq) - 1;
+        /* the block's real rows [i0, i1] (the first block starts row_shift rows early) */
+        const int64_t r0 = (int64_t)m * shape.bm - k->row_shift, i0 = r0 > 0 ? r0 : 0;
+        const int64_t i1 = (r0 + shape.bm < p->Sq ? r0 + shape.bm : p->Sq) - 1;
         int64_t lo, hi, lo1, hi1; /* a band mask: the first row's lower bound, the last row's upper one */
         fa_key_range(p, p->Sq, p->Sk, i0, &lo, &hi1);
         fa_key_range(p, p->Sq, p->Sk, i1, &lo1, &hi);
@@ -559,6 +568,9 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     /* the split instance writes only the first 64 rows of each last query block */
     if (Cfg::SHORT_SPLIT && !k.short_split)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: short-tile split without its plan");
+    /* a kernel without the shift would put the rows where they were */
+    if (!Cfg::ROW_SHIFT && k.row_shift)
+        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: shifted rows given to a kernel without the shift");
     /* packed tiles and the others number their tiles differently */
     if (Cfg::PACKED_ROWS != (k.packed_rows != 0))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: row-group packing and the kernel disagree");
@@ -579,7 +591,8 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
 }
 
 /* Cfg's kernel, or its instance that splits short last tiles where the
- * plan in k has them (sm90_short_split_plan), or its softcap instance
+ * plan in k has them (sm90_short_split_plan), or its instance with the
+ * rows shifted where it has one and k shifts them (Sm90RowShift), or its softcap instance
  * where it has one and the problem has a softcap, or its instance without
  * the steady loop's masks where it has one and the problem needs none (the
  * only instance of a split-tail kernel with SPLIT_UNMASKED_ONLY), or its
@@ -601,6 +614,8 @@ static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const 
             if (k.packed_rows) return sm90_launch_instance<Sm90PackedRows<Cfg>>(p, k, x);
         if constexpr (Cfg::HAS_SHORT_SPLIT && !Cfg::SHORT_SPLIT)
             if (k.short_split) return sm90_launch_instance<Sm90ShortSplit<Cfg>>(p, k, x);
+        if constexpr (Cfg::ROW_SHIFT_OWN_KERNEL && !Cfg::ROW_SHIFT)
+            if (k.row_shift) return sm90_launch_instance<Sm90RowShift<Cfg>>(p, k, x);
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
             if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
         if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)

@@ -104,6 +104,12 @@ struct Sm90FwdParams {
      * tile is short; a tile across two heads walks both heads' kv blocks. */
     int packed_rows;
     Sm90FastDiv rg_div;
+    /* Rows of phantom queries before each head's first (ROW_SHIFT kernels,
+     * batched problems under a causal-like mask; else 0): the tiles then
+     * start at row -row_shift, so a head's one short tile is its first,
+     * which holds the fewest keys, rather than its last, which holds the
+     * most (sm90_fwd_seq). */
+    int row_shift;
 };
 
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
@@ -356,6 +362,20 @@ struct Sm90FwdConfig {
      * kernel has a config of its own, Sm90CfgF8M192Packed). */
     static constexpr bool PACKED_ROWS = false;
     static constexpr bool HAS_PACKED_ROWS = HAS_SHORT_SPLIT;
+    /* Where a head's rows are not a whole number of tiles, one tile is
+     * short; a short tile takes as long as a whole one (a tile's pace is
+     * one consumer's chain per kv block), and under a causal-like mask the
+     * last tile holds the most kv blocks. The three-consumer kernels (192-row
+     * tiles, so most lengths leave a short tile) can take a problem's rows
+     * shifted down by Sm90FwdParams::row_shift phantom rows, which makes the
+     * short tile the head's first, over its fewest keys (sm90_fwd_seq):
+     * at 2048 queries a head's tiles then walk 96 kv blocks instead of 101,
+     * at 4096 363 instead of 384. The 16-bit kernel has it in an instance
+     * of its own (Sm90RowShift<Cfg>), so that its code for the problems
+     * without a mask stays as it was; the e4m3 ones in theirs (their
+     * unmasked problems mostly run Sm90SteadyUnmasked, which has none). */
+    static constexpr bool ROW_SHIFT_OWN_KERNEL = CONSUMERS == 3 && !FP8 && !SPLIT_TAIL_;
+    static constexpr bool ROW_SHIFT = CONSUMERS == 3 && FP8 && !SPLIT_TAIL_;
     static constexpr int MERGE_F4S = D / 8 + 1; /* float4s a thread leaves: O, then (max, max, sum, sum) */
     static constexpr int OFF_MERGE = 0;         /* (the merge buffer: Sm90ShortSplit) */
     /* A lagging max (sm90_softmax_max): the max that a row's P and O are
@@ -422,6 +442,8 @@ template <class Cfg> struct Sm90Softcap : Cfg {
 /* A config whose steady loop has no mask code (see STEADY_UNMASKED_OWN_KERNEL). */
 template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
     static constexpr bool STEADY_MASKS = false;
+    /* the three-consumer instances take no causal mask or window, so no shift */
+    static constexpr bool ROW_SHIFT = false;
     static constexpr bool HALF_DIAG = Cfg::EXP_TURN;
     /* without the mask code there is room for uniform Q descriptors at head dim 256 too */
     static constexpr bool Q_DESC_UNIFORM = true;
@@ -442,6 +464,7 @@ template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
  * block. */
 template <class Cfg> struct Sm90ShortSplit : Cfg {
     static constexpr bool SHORT_SPLIT = true;
+    static constexpr bool ROW_SHIFT = false; /* unmasked problems only */
     /* not joined: the merge has no room beside the next tile's S in flight
      * (ptxas spilled 108 bytes), so each tile's first S has a turn of its
      * own, as in the kernels without JOIN */
@@ -468,6 +491,7 @@ template <class Cfg> struct Sm90ShortSplit : Cfg {
  * comes as one 64-row box per consumer; no varlen code. */
 template <class Cfg> struct Sm90PackedRows : Cfg {
     static constexpr bool PACKED_ROWS = true;
+    static constexpr bool ROW_SHIFT = false; /* unmasked problems only */
     /* each consumer's rows are a tile of their own (sm90_decode_packed);
      * the plan (Q_BYTES: the three groups' buffer) stays the base's */
     static constexpr int BM = 64;
@@ -475,6 +499,11 @@ template <class Cfg> struct Sm90PackedRows : Cfg {
     static_assert(Cfg::CONSUMERS == 3 && Cfg::P_BUFS == 1 && Cfg::SLABS == 1 && !Cfg::SPLIT_TAIL &&
                       !Cfg::O_IN_RING && !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN && !Cfg::SHORT_SPLIT,
                   "row-group packing is written for three-consumer kernels with one slab a Q or K row");
+};
+
+/* A config whose kernel takes its rows shifted (see ROW_SHIFT_OWN_KERNEL). */
+template <class Cfg> struct Sm90RowShift : Cfg {
+    static constexpr bool ROW_SHIFT = true;
 };
 
 /* A config whose kernel runs varlen problems (see VARLEN_OWN_KERNEL). */

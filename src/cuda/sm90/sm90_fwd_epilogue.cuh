@@ -23,6 +23,8 @@ __device__ __forceinline__ void sm90_store_zero_rows(const Sm90FwdParams &p, con
     for (int c = tid; c < 64 * chunks; c += 128) {
         int r = row0 + c / chunks;
         if (r >= t.seq.seq_q) continue;
+        if constexpr (Cfg::ROW_SHIFT)
+            if (t.seq.q_row0 + r < 0) continue; /* a phantom row (sm90_fwd_seq) */
         *reinterpret_cast<uint4 *>(sm90_out_row(p, t, r) + (c % chunks) * 16) = make_uint4(0, 0, 0, 0);
     }
 }
@@ -68,7 +70,7 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
         if constexpr (!Cfg::LAG_MAX) inv[h] = l > 0.f ? fast_rcp(l) : 0.f;
         if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
             if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
-        if (p.lse && lane % 4 == 0 && row0 + 8 * h < tile.seq.seq_q) {
+        if (p.lse && lane % 4 == 0 && sm90_row_stored<Cfg>(tile, row0 + 8 * h)) {
             float lse = l > 0.f ? (row_max[h] * s_log2 + fast_log2(l)) * 0.69314718055994531f : -INFINITY;
             lse_row0[8 * h * p.lse_ss] = lse;
         }

@@ -59,7 +59,7 @@ __device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t
         const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
         if (p.lse && tid % 4 == 0)
             for (int h = 0; h < 2; ++h)
-                if (row0 + 8 * h < tile.seq.seq_q) *sm90_lse_at(p, tile, row0 + 8 * h) = -INFINITY;
+                if (sm90_row_stored<Cfg>(tile, row0 + 8 * h)) *sm90_lse_at(p, tile, row0 + 8 * h) = -INFINITY;
     }
     return p.num_tiles;
 }

@@ -110,6 +110,33 @@ __device__ __forceinline__ int sm90_split_owner(const Sm90FwdParams &p, uint32_t
     return (int)(((x + 1) * (uint32_t)grid_ctas() - 1) / p.split_work);
 }
 
+/* Sequence b as the forward's tiles see it. With ROW_SHIFT (batched
+ * problems; the host sets row_shift to 0 for the others) the sequence has
+ * row_shift phantom queries before its first: its rows, the tiles' row
+ * coordinates, start at -row_shift in the maps (TMA reads such rows as
+ * zeros and clips them from the stores; sm90_row_stored keeps them out of
+ * the direct stores), and the diagonal moves with them, so each real row
+ * sees the keys it saw before. */
+template <class Cfg>
+__device__ __forceinline__ Sm90Seq sm90_fwd_seq(const Sm90FwdParams &p, bool varlen, int b) {
+    Sm90Seq s = sm90_seq(p, varlen, b);
+    if constexpr (Cfg::ROW_SHIFT) {
+        s.q_row0 -= p.row_shift;
+        s.seq_q += p.row_shift;
+        s.diag -= p.row_shift;
+    }
+    return s;
+}
+
+/* Whether row r of a tile's sequence is a real query row, whose lse is
+ * stored: not past the sequence's end, nor one of ROW_SHIFT's phantom rows
+ * before its start. */
+template <class Cfg>
+__device__ __forceinline__ bool sm90_row_stored(const Sm90Tile &t, int r) {
+    if constexpr (Cfg::ROW_SHIFT) return r < t.seq.seq_q && t.seq.q_row0 + r >= 0;
+    return r < t.seq.seq_q;
+}
+
 template <class Cfg>
 __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int t) {
     Sm90Tile tile;
@@ -134,7 +161,7 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
     tile.head = sm90_divmod(hb, p.h_div, &tile.batch);
     const bool varlen = Cfg::VARLEN && p.cu_seqlens_q;
     /* (varlen: a tile past the last head is not live, but reads a real sequence) */
-    tile.seq = sm90_seq(p, varlen, varlen ? min(tile.batch, p.batch - 1) : tile.batch);
+    tile.seq = sm90_fwd_seq<Cfg>(p, varlen, varlen ? min(tile.batch, p.batch - 1) : tile.batch);
     /* 32-bit: |i + diag| < sq + sk and the windows within +-(sq + sk) */
     const int i0 = tile.m_block * Cfg::BM;
     const int i1 = min(i0 + Cfg::BM, tile.seq.seq_q) - 1;
