@@ -680,6 +680,8 @@ static int check_fp8(bool small) {
             cases.push_back({1, 1500, 1700, 2, 1, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({1, 1500, 1300, 2, 2, D, 1, 1, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({1, 1100, 1300, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
+            /* a right window past every key: paired, yet only the top block masked (no row shift) */
+            cases.push_back({1, 1100, 1100, 2, 1, D, 0, 0, -1, 5000, 0.f, true, 1.f, 0});
             cases.push_back({1, 3, 799, 2, 2, D, 0, 0, -1, -1, 0.f, true, 1.f, 16});
             cases.push_back({1, 300, 700, 2, 1, D, 0, 0, 100, 20, 0.f, true, 1.f, 0});
             cases.push_back({1, 257, 513, 2, 2, D, 0, 0, -1, -1, 30.f, true, 3.f, 0});

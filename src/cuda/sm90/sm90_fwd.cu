@@ -109,11 +109,13 @@ struct Sm90Shape {
     int split_slot_f4s;      /* float4s a consumer thread leaves per tail piece (sm90_split_slot_f4s) */
     int short_split;         /* it has an instance that splits short last tiles (Sm90ShortSplit) */
     int row_shift;           /* it can move a head's short tile first (ROW_SHIFT) */
+    int steady_unmasked;     /* it has an instance without the steady loop's masks (STEADY_UNMASKED_OWN_KERNEL) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
     return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL,
-                     Cfg::SPLIT_UNMASKED_ONLY, sm90_split_slot_f4s<Cfg>(), Cfg::HAS_SHORT_SPLIT, Cfg::ROW_SHIFT || Cfg::ROW_SHIFT_OWN_KERNEL};
+                     Cfg::SPLIT_UNMASKED_ONLY, sm90_split_slot_f4s<Cfg>(), Cfg::HAS_SHORT_SPLIT, Cfg::ROW_SHIFT || Cfg::ROW_SHIFT_OWN_KERNEL,
+                     Cfg::STEADY_UNMASKED_OWN_KERNEL};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -204,8 +206,15 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
      * pairs of query blocks (sm90_decode_tile), two tile indices per pair. */
     k->paired = p->window_right < FA_UNBOUNDED;
     /* There a query block's keys grow with its index: the short tile goes
-     * first (Sm90FwdConfig::ROW_SHIFT), where it holds the fewest. */
-    k->row_shift = shape.row_shift && k->paired && !varlen ? (int)((shape.bm - p->Sq % shape.bm) % shape.bm) : 0;
+     * first (Sm90FwdConfig::ROW_SHIFT), where it holds the fewest. Not on
+     * the instances without the steady loop's masks, which have no shift
+     * (a window reaching past every key makes a paired problem one of
+     * theirs; sm90_launch picks them by the unshifted tiles, whose rows
+     * start together: no ROW_SHIFT kernel has TOP_SKIP). */
+    k->row_shift = 0;
+    if (shape.row_shift && k->paired && !varlen &&
+        !(shape.steady_unmasked && fa_only_top_block_masked(p, shape.bm, shape.bn)))
+        k->row_shift = (int)((shape.bm - p->Sq % shape.bm) % shape.bm);
     const int64_t heads = p->Hq * p->B, m = k->num_m_blocks;
     int64_t tiles = k->paired ? 2 * m * ((heads + 1) / 2) : m * heads;
     k->packed_rows = packed;
