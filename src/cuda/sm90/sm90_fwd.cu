@@ -143,6 +143,22 @@ static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
     return (size_t)p->B * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_keys(p);
 }
 
+/* Phantom rows before each head's first (Sm90FwdParams::row_shift): under
+ * a causal-like mask a query block's keys grow with its index, so the
+ * short tile goes first (Sm90FwdConfig::ROW_SHIFT), where it holds the
+ * fewest. A multiple of 64, so that a consumer's rows are all phantom or
+ * all real; what is left short (under 64 rows) stays in the last tile's
+ * last consumer. Batched problems only, and not on the instances without
+ * the steady loop's masks, which have no shift (a window reaching past
+ * every key makes a paired problem one of theirs; sm90_launch picks them
+ * by the unshifted tiles, whose rows start together: no ROW_SHIFT kernel
+ * has TOP_SKIP). */
+static int sm90_row_shift(const fa_problem *p, const Sm90Shape &shape) {
+    if (!shape.row_shift || p->window_right >= FA_UNBOUNDED || p->cu_seqlens_q) return 0;
+    if (shape.steady_unmasked && fa_only_top_block_masked(p, shape.bm, shape.bn)) return 0;
+    return (int)((shape.bm - p->Sq % shape.bm) % shape.bm / 64 * 64);
+}
+
 /* Builds every field of the kernel parameters; 0 if the problem is not
  * TMA-addressable. encode = 0: only check that (no tensor map is encoded).
  * vt: the e4m3 V^T buffer (a stand-in address when only checking). */
@@ -155,9 +171,11 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     const int64_t map_b = varlen ? 1 : p->B;
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
     const Sm90Shape shape = sm90_shape(sm90_pick(p));
-    const int packed = sm90_packed_rows(p); /* then Q comes in a box per consumer */
-    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D, packed ? 64 : shape.bm,
-                       shape.qk_box))
+    const int packed = sm90_packed_rows(p);
+    const int row_shift = sm90_row_shift(p, shape);
+    /* packed or shifted rows: Q comes in a 64-row box per consumer */
+    if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D,
+                       packed || row_shift ? 64 : shape.bm, shape.qk_box))
         return 0;
     if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
         return 0;
@@ -205,16 +223,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     /* Causal-like masks make late query blocks heavier: balance the CTAs with
      * pairs of query blocks (sm90_decode_tile), two tile indices per pair. */
     k->paired = p->window_right < FA_UNBOUNDED;
-    /* There a query block's keys grow with its index: the short tile goes
-     * first (Sm90FwdConfig::ROW_SHIFT), where it holds the fewest. Not on
-     * the instances without the steady loop's masks, which have no shift
-     * (a window reaching past every key makes a paired problem one of
-     * theirs; sm90_launch picks them by the unshifted tiles, whose rows
-     * start together: no ROW_SHIFT kernel has TOP_SKIP). */
-    k->row_shift = 0;
-    if (shape.row_shift && k->paired && !varlen &&
-        !(shape.steady_unmasked && fa_only_top_block_masked(p, shape.bm, shape.bn)))
-        k->row_shift = (int)((shape.bm - p->Sq % shape.bm) % shape.bm);
+    k->row_shift = row_shift;
     const int64_t heads = p->Hq * p->B, m = k->num_m_blocks;
     int64_t tiles = k->paired ? 2 * m * ((heads + 1) / 2) : m * heads;
     k->packed_rows = packed;

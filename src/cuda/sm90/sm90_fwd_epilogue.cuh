@@ -193,9 +193,12 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
         if constexpr (Cfg::STORE_THREAD) /* nothing to store; each thread's reads come before its arrive */
             sm90_post(mailbox, o_full, 0, 0, 0, SM90_MAIL_NONE, tid);
     } else if (tid == 0) {
-        for (int s = 0; s < Cfg::O_SLABS; ++s)
-            tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.seq.q_row0 + wg_row0, tile.head,
-                         tile.seq.map_b);
+        bool phantom = false; /* ROW_SHIFT: this consumer's 64 rows are phantom rows, stored nowhere */
+        if constexpr (Cfg::ROW_SHIFT) phantom = tile.seq.q_row0 + wg_row0 < 0;
+        if (!phantom)
+            for (int s = 0; s < Cfg::O_SLABS; ++s)
+                tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.seq.q_row0 + wg_row0, tile.head,
+                             tile.seq.map_b);
         tma_store_commit();
         if (Cfg::O_IN_RING && in_ring) {
             tma_store_wait_read(); /* the stage goes back to the producer once the store has read it */

@@ -111,9 +111,26 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                 const uint32_t qb = tile_iter % Cfg::Q_BUFS;
                 mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
                 mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
-                for (int s = 0; s < Cfg::SLABS; ++s)
-                    tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
-                                s * Cfg::BOX_COLS, tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.seq.map_b);
+                bool whole_box = true;
+                if constexpr (Cfg::ROW_SHIFT) {
+                    /* Shifted rows (sm90_fwd_seq): the map's boxes are 64 rows, one per
+                     * consumer. A consumer's rows are all phantom or all real (row_shift
+                     * is a multiple of 64); a phantom group loads the head's first rows
+                     * instead, which nothing of it stores (TMA takes no negative
+                     * coordinate: the kernel stopped with an illegal instruction). */
+                    static_assert(Cfg::SLABS == 1, "one box a consumer");
+                    whole_box = p.row_shift == 0;
+                    if (!whole_box)
+                        for (int c = 0; c < Cfg::CONSUMERS; ++c)
+                            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + c * 64 * Cfg::QK_SW, &p.tm_q,
+                                        &q_full[qb], 0, max(tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, 0),
+                                        tile.head, tile.seq.map_b);
+                }
+                if (whole_box)
+                    for (int s = 0; s < Cfg::SLABS; ++s)
+                        tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
+                                    s * Cfg::BOX_COLS, tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head,
+                                    tile.seq.map_b);
             }
             /* Varlen: a block straddling the sequence end also loads the next
              * sequence's first keys (or zeros past the tensor); the consumers mask

@@ -112,11 +112,12 @@ __device__ __forceinline__ int sm90_split_owner(const Sm90FwdParams &p, uint32_t
 
 /* Sequence b as the forward's tiles see it. With ROW_SHIFT (batched
  * problems; the host sets row_shift to 0 for the others) the sequence has
- * row_shift phantom queries before its first: its rows, the tiles' row
- * coordinates, start at -row_shift in the maps (TMA reads such rows as
- * zeros and clips them from the stores; sm90_row_stored keeps them out of
- * the direct stores), and the diagonal moves with them, so each real row
- * sees the keys it saw before. */
+ * row_shift phantom queries before its first, a multiple of 64: its rows
+ * start at -row_shift, and the diagonal moves with them, so each real row
+ * sees the keys it saw before. A consumer's 64 rows are then all phantom
+ * or all real: the producer loads a phantom group's Q from row 0 and the
+ * epilogue stores none of its rows (no TMA coordinate is negative), and
+ * sm90_row_stored keeps them out of the direct stores. */
 template <class Cfg>
 __device__ __forceinline__ Sm90Seq sm90_fwd_seq(const Sm90FwdParams &p, bool varlen, int b) {
     Sm90Seq s = sm90_seq(p, varlen, b);
