@@ -49,16 +49,13 @@ using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
 using Sm90CfgF8M192Packed = Sm90PackedRows<Sm90SteadyUnmasked<Sm90FwdConfig<128, 128, 3, true, 3, true>>>;
 using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 
-#ifndef FA_SM90_D64_M128_MAX_SQ
-#define FA_SM90_D64_M128_MAX_SQ 2048
-#endif
 static sm90_variant sm90_pick(const fa_problem *p) {
     if (p->dtype == FA_F8_E4M3) {
         if (p->D <= 64) return SM90_F8_D64;
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_M192;
     }
     switch (sm90_padded_head_dim(p->D)) {
-    case 64: return p->has_mask && p->Sq <= FA_SM90_D64_M128_MAX_SQ ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41 */
+    case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41, 144 */
     case 128: return SM90_D128;
     default: return SM90_D256;
     }
