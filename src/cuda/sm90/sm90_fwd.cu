@@ -110,8 +110,16 @@ struct Sm90Shape {
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
-    return Sm90Shape{Cfg::BM, Cfg::BN, Cfg::QK_SW, Cfg::VT_SLAB_KEYS, Cfg::D, Cfg::PAIR_TAIL,
-                     Cfg::SPLIT_UNMASKED_ONLY, sm90_split_slot_f4s<Cfg>(), Cfg::HAS_SHORT_SPLIT, Cfg::ROW_SHIFT || Cfg::ROW_SHIFT_OWN_KERNEL,
+    return Sm90Shape{Cfg::BM,
+                     Cfg::BN,
+                     Cfg::QK_SW,
+                     Cfg::VT_SLAB_KEYS,
+                     Cfg::D,
+                     Cfg::PAIR_TAIL,
+                     Cfg::SPLIT_UNMASKED_ONLY,
+                     sm90_split_slot_f4s<Cfg>(),
+                     Cfg::HAS_SHORT_SPLIT,
+                     Cfg::ROW_SHIFT || Cfg::ROW_SHIFT_OWN_KERNEL,
                      Cfg::STEADY_UNMASKED_OWN_KERNEL};
 }
 
@@ -607,8 +615,8 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
 
 /* Cfg's kernel, or its instance that splits short last tiles where the
  * plan in k has them (sm90_short_split_plan), or its instance with the
- * rows shifted where it has one and k shifts them (Sm90RowShift), or its softcap instance
- * where it has one and the problem has a softcap, or its instance without
+ * rows shifted where it has one and k shifts them (Sm90RowShift), or its
+ * softcap instance where it has one and the problem has a softcap, or its instance without
  * the steady loop's masks where it has one and the problem needs none (the
  * only instance of a split-tail kernel with SPLIT_UNMASKED_ONLY), or its
  * varlen instance (with the softcap, where Cfg has a softcap instance and
