@@ -464,7 +464,6 @@ template <class Cfg> struct Sm90SteadyUnmasked : Cfg {
  * block. */
 template <class Cfg> struct Sm90ShortSplit : Cfg {
     static constexpr bool SHORT_SPLIT = true;
-    static constexpr bool ROW_SHIFT = false; /* unmasked problems only */
     /* not joined: the merge has no room beside the next tile's S in flight
      * (ptxas spilled 108 bytes), so each tile's first S has a turn of its
      * own, as in the kernels without JOIN */
@@ -473,8 +472,8 @@ template <class Cfg> struct Sm90ShortSplit : Cfg {
     static constexpr int MERGE_BYTES = (Cfg::CONSUMERS - 1) * Cfg::MERGE_F4S * 128 * 16; /* slots of consumers 1, 2 */
     static constexpr int SMEM_BYTES = OFF_MERGE + MERGE_BYTES + 1024;
     static_assert(Cfg::CONSUMERS == 3 && Cfg::P_BUFS == 1 && !Cfg::SPLIT_TAIL && !Cfg::O_IN_RING &&
-                      !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN,
-                  "the short-tile split is written for the three-consumer kernel");
+                      !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN && !Cfg::ROW_SHIFT,
+                  "the short-tile split is written for the three-consumer kernel (unshifted: unmasked problems)");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 };
 
@@ -491,14 +490,14 @@ template <class Cfg> struct Sm90ShortSplit : Cfg {
  * comes as one 64-row box per consumer; no varlen code. */
 template <class Cfg> struct Sm90PackedRows : Cfg {
     static constexpr bool PACKED_ROWS = true;
-    static constexpr bool ROW_SHIFT = false; /* unmasked problems only */
     /* each consumer's rows are a tile of their own (sm90_decode_packed);
      * the plan (Q_BYTES: the three groups' buffer) stays the base's */
     static constexpr int BM = 64;
     static constexpr bool VARLEN = false;
     static_assert(Cfg::CONSUMERS == 3 && Cfg::P_BUFS == 1 && Cfg::SLABS == 1 && !Cfg::SPLIT_TAIL &&
-                      !Cfg::O_IN_RING && !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN && !Cfg::SHORT_SPLIT,
-                  "row-group packing is written for three-consumer kernels with one slab a Q or K row");
+                      !Cfg::O_IN_RING && !Cfg::STORE_THREAD && !Cfg::LAG_MAX && !Cfg::EXP_TURN && !Cfg::SHORT_SPLIT &&
+                      !Cfg::ROW_SHIFT,
+                  "row-group packing is written for three-consumer kernels with one slab a Q or K row (unshifted)");
 };
 
 /* A config whose kernel takes its rows shifted (see ROW_SHIFT_OWN_KERNEL). */
