@@ -481,7 +481,9 @@ static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) 
     return sm90_split_offset(p) + s.count_bytes + s.partial_bytes;
 }
 
-extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
+/* Whether the Hopper forward takes the problem, the driver's tensor-map
+ * encoder aside (fa_sm90_fwd_supports). */
+static int sm90_fwd_takes(const fa_problem *p) {
     if (p->dtype != FA_BF16 && p->dtype != FA_F16 && p->dtype != FA_F8_E4M3) return 0;
     if (p->D != p->Dv || !sm90_head_dim_ok(p->D)) return 0;
     /* e4m3: head dims up to 128 in steps of 16 (on the head-dim-64 or 128
@@ -507,9 +509,11 @@ extern "C" int fa_sm90_fwd_supports(const fa_problem *p) {
     return sm90_fill_params(p, &k, NULL, 0);
 }
 
+extern "C" int fa_sm90_fwd_supports(const fa_problem *p) { return sm90_encode_fn() && sm90_fwd_takes(p); }
+
 extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
-    if (!sm90_fill_params(p, &k, NULL, 0)) return 0;
+    if (!sm90_encode_fn() || !sm90_fill_params(p, &k, NULL, 0)) return 0;
     return sm90_workspace_bytes(p, sm90_split_plan(p, k, sm90_num_sms(x->device_index)));
 }
 
@@ -577,6 +581,13 @@ template <class Cfg> static constexpr int64_t sm90_mask_rows() {
     return Cfg::TOP_SKIP ? 64 : Cfg::BM;
 }
 
+#ifdef FA_SM90_SCHEDULE_TEST
+/* tests/test_sm90_schedule.cu: walks an instance's tiles on the host, as
+ * its CTAs would, instead of launching it. */
+template <class Cfg>
+static fa_status sm90_schedule_test_walk(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x);
+#endif
+
 template <class Cfg>
 static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     /* an instance without the softcap's code would ignore it, one without
@@ -597,6 +608,9 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     /* packed tiles and the others number their tiles differently */
     if (Cfg::PACKED_ROWS != (k.packed_rows != 0))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: row-group packing and the kernel disagree");
+#ifdef FA_SM90_SCHEDULE_TEST
+    return sm90_schedule_test_walk<Cfg>(p, k, x);
+#endif
     static unsigned long long smem_set = 0; /* devices this instance was configured on */
     cudaError_t e = smem_limit_once(sm90_fwd_kernel<Cfg>, Cfg::SMEM_BYTES, x->device_index, &smem_set);
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: %s", cudaGetErrorString(e));
@@ -688,6 +702,41 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: no kernel for head dim %lld", (long long)p->D);
 }
 
+/* The tile plan of a launch on `ctas` CTAs, in k: the paired order's tail,
+ * the short-tile split and the split tail, the last where the workspace
+ * (workspace_bytes at workspace) has room for it; a caller without one gets
+ * whole tiles. Returns the bytes of split-tail counters the launch must
+ * zero (at k->split_count; 0: no split tail). */
+static size_t sm90_plan_tiles(const fa_problem *p, Sm90FwdParams *k, int ctas, void *workspace,
+                              size_t workspace_bytes) {
+    sm90_pair_tail_plan(p, k, ctas);
+    sm90_short_split_plan(p, k, ctas);
+    const Sm90SplitPlan split = sm90_split_plan(p, *k, ctas);
+    if (!split.tail_tiles || !workspace || workspace_bytes < sm90_workspace_bytes(p, split)) return 0;
+    uint8_t *ws = (uint8_t *)workspace + sm90_split_offset(p);
+    k->split_count = (int *)ws;
+    k->split_partial = (float4 *)(ws + split.count_bytes);
+    k->tail_first = k->num_tiles - split.tail_tiles;
+    k->num_tiles = k->tail_first + 2 * ctas; /* two pieces per CTA (sm90_tile_after) */
+    k->split_blocks = split.blocks;
+    k->split_work = split.work;
+    return split.count_bytes;
+}
+
+/* The kernel of the problem's variant (sm90_pick) and plan. */
+static fa_status sm90_launch_variant(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
+    if (p->dtype == FA_F8_E4M3) {
+        switch (sm90_pick(p)) {
+        case SM90_F8_M192:
+            if (k.packed_rows) return sm90_launch_instance<Sm90CfgF8M192Packed>(p, k, x);
+            return sm90_launch_tail<Sm90CfgF8M192<false>, Sm90CfgF8M192<true>>(p, k, x);
+        case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(p, k, x);
+        default: return sm90_launch<Sm90CfgF8N128>(p, k, x);
+        }
+    }
+    return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);
+}
+
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
     const int fp8 = p->dtype == FA_F8_E4M3;
@@ -696,21 +745,10 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     if (!sm90_fill_params(p, &k, fp8 ? x->workspace : NULL, 1))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: problem is not addressable by TMA");
     if (k.num_tiles == 0) return FA_OK;
-    /* The split tail, where the workspace has room for it (a caller of this
-     * function without one gets whole tiles). */
-    const int ctas = sm90_num_sms(x->device_index); /* the persistent grid (sm90_launch) */
-    sm90_pair_tail_plan(p, &k, ctas);
-    sm90_short_split_plan(p, &k, ctas);
-    const Sm90SplitPlan split = sm90_split_plan(p, k, ctas);
-    if (split.tail_tiles && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, split)) {
-        uint8_t *ws = (uint8_t *)x->workspace + sm90_split_offset(p);
-        k.split_count = (int *)ws;
-        k.split_partial = (float4 *)(ws + split.count_bytes);
-        k.tail_first = k.num_tiles - split.tail_tiles;
-        k.num_tiles = k.tail_first + 2 * ctas; /* two pieces per CTA (sm90_tile_after) */
-        k.split_blocks = split.blocks;
-        k.split_work = split.work;
-        cudaError_t e = cudaMemsetAsync(k.split_count, 0, split.count_bytes, (cudaStream_t)x->stream);
+    /* the persistent grid's CTAs (sm90_launch) */
+    const size_t count_bytes = sm90_plan_tiles(p, &k, sm90_num_sms(x->device_index), x->workspace, x->workspace_bytes);
+    if (count_bytes) {
+        cudaError_t e = cudaMemsetAsync(k.split_count, 0, count_bytes, (cudaStream_t)x->stream);
         if (e != cudaSuccess)
             return fa_set_error(FA_ERR_CUDA, "sm90 forward: split counters: %s", cudaGetErrorString(e));
     }
@@ -723,13 +761,6 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
             (uint8_t *)x->workspace);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
-        switch (sm90_pick(p)) {
-        case SM90_F8_M192:
-            if (k.packed_rows) return sm90_launch_instance<Sm90CfgF8M192Packed>(p, k, x);
-            return sm90_launch_tail<Sm90CfgF8M192<false>, Sm90CfgF8M192<true>>(p, k, x);
-        case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(p, k, x);
-        default: return sm90_launch<Sm90CfgF8N128>(p, k, x);
-        }
     }
-    return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);
+    return sm90_launch_variant(p, k, x);
 }

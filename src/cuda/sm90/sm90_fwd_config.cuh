@@ -38,9 +38,14 @@ __host__ __forceinline__ Sm90FastDiv sm90_fastdiv(int d) {
     return Sm90FastDiv{(uint32_t)magic, shift, d};
 }
 
-/* q = x / div.d, returns x % div.d. */
-__device__ __forceinline__ int sm90_divmod(int x, const Sm90FastDiv &div, int *q) {
-    *q = (int)((__umulhi((uint32_t)x, div.magic) + (uint32_t)x) >> div.shift);
+/* q = x / div.d, returns x % div.d. (Host builds: the schedule's test.) */
+__host__ __device__ __forceinline__ int sm90_divmod(int x, const Sm90FastDiv &div, int *q) {
+#ifdef __CUDA_ARCH__
+    const uint32_t hi = __umulhi((uint32_t)x, div.magic);
+#else
+    const uint32_t hi = (uint32_t)(((uint64_t)(uint32_t)x * div.magic) >> 32);
+#endif
+    *q = (int)((hi + (uint32_t)x) >> div.shift);
     return x - *q * div.d;
 }
 

@@ -24,7 +24,7 @@ struct Sm90Tile {
  * last head (paired order), and a varlen sequence's surplus query blocks (it
  * has fewer than the longest sequence). */
 template <class Cfg>
-__device__ __forceinline__ bool sm90_tile_live(const Sm90FwdParams &p, const Sm90Tile &t) {
+__host__ __device__ __forceinline__ bool sm90_tile_live(const Sm90FwdParams &p, const Sm90Tile &t) {
     return t.batch < p.batch && (!Cfg::VARLEN || t.m_block * Cfg::BM < t.seq.seq_q);
 }
 
@@ -49,24 +49,24 @@ __device__ __forceinline__ bool sm90_tile_live(const Sm90FwdParams &p, const Sm9
  * the CTAs end within about a small tile of each other. A CTA's position
  * k in the list is tile index 2 pair_tail + 2 k + (pass odd), the pass's
  * parity giving the step to its next position without a division. */
-__device__ __forceinline__ int sm90_pair_tail_start(const Sm90FwdParams &p) {
-    const int c = (int)blockIdx.x;
+__host__ __device__ __forceinline__ int sm90_pair_tail_start(const Sm90FwdParams &p) {
+    const int c = grid_cta();
     return c < p.pair_tail_count ? 2 * p.pair_tail + 2 * c : p.num_tiles;
 }
 
 template <class Cfg>
-__device__ __forceinline__ int sm90_first_tile(const Sm90FwdParams &p) {
+__host__ __device__ __forceinline__ int sm90_first_tile(const Sm90FwdParams &p) {
     if constexpr (Cfg::PAIR_TAIL)
-        if (p.paired && (int)blockIdx.x >= p.pair_tail) return sm90_pair_tail_start(p);
-    return p.paired ? 2 * (int)blockIdx.x : (int)blockIdx.x;
+        if (p.paired && grid_cta() >= p.pair_tail) return sm90_pair_tail_start(p);
+    return p.paired ? 2 * grid_cta() : grid_cta();
 }
 
 template <class Cfg>
-__device__ __forceinline__ int sm90_tile_after(const Sm90FwdParams &p, int t) {
+__host__ __device__ __forceinline__ int sm90_tile_after(const Sm90FwdParams &p, int t) {
     if (p.paired) {
         if constexpr (Cfg::PAIR_TAIL) {
             if (t >= 2 * p.pair_tail) { /* a tail position */
-                const int k = (t - 2 * p.pair_tail) >> 1, odd = t & 1, c = (int)blockIdx.x;
+                const int k = (t - 2 * p.pair_tail) >> 1, odd = t & 1, c = grid_cta();
                 const int next = k + (odd ? 2 * c + 1 : 2 * (grid_ctas() - c) - 1); /* the next pass's position */
                 return next < p.pair_tail_count ? 2 * p.pair_tail + 2 * next + (odd ^ 1) : p.num_tiles;
             }
@@ -78,7 +78,7 @@ __device__ __forceinline__ int sm90_tile_after(const Sm90FwdParams &p, int t) {
     if (!Cfg::SPLIT_TAIL) return t + grid_ctas();
     if (t < p.tail_first) { /* whole tiles, then this CTA's two tail pieces */
         t += grid_ctas();
-        return t < p.tail_first ? t : p.tail_first + 2 * (int)blockIdx.x;
+        return t < p.tail_first ? t : p.tail_first + 2 * grid_cta();
     }
     return (t - p.tail_first) & 1 ? p.num_tiles : t + 1;
 }
@@ -90,7 +90,7 @@ __device__ __forceinline__ int sm90_tile_after(const Sm90FwdParams &p, int t) {
  * k-th piece (k = (t - tail_first) % 2) is the part in its k-th tile. Returns
  * that tile's index within the tail and sets the piece's kv blocks [*lo, *hi)
  * (empty when the share lies in one tile only). */
-__device__ __forceinline__ int sm90_split_piece(const Sm90FwdParams &p, int t, int *lo, int *hi) {
+__host__ __device__ __forceinline__ int sm90_split_piece(const Sm90FwdParams &p, int t, int *lo, int *hi) {
     const uint32_t c = (uint32_t)(t - p.tail_first) >> 1, g = (uint32_t)grid_ctas(), nb = (uint32_t)p.split_blocks;
     const uint32_t a = c * p.split_work / g, b = (c + 1) * p.split_work / g; /* host: split_work * G < 2^32 */
     const int r = (int)(a / nb) + ((t - p.tail_first) & 1);
@@ -100,13 +100,13 @@ __device__ __forceinline__ int sm90_split_piece(const Sm90FwdParams &p, int t, i
 }
 
 /* Just the tile of tail piece t (its index within the tail). */
-__device__ __forceinline__ int sm90_split_tile(const Sm90FwdParams &p, int t) {
+__host__ __device__ __forceinline__ int sm90_split_tile(const Sm90FwdParams &p, int t) {
     int lo, hi;
     return sm90_split_piece(p, t, &lo, &hi);
 }
 
 /* The CTA whose tail share holds position x (inverse of the shares above). */
-__device__ __forceinline__ int sm90_split_owner(const Sm90FwdParams &p, uint32_t x) {
+__host__ __device__ __forceinline__ int sm90_split_owner(const Sm90FwdParams &p, uint32_t x) {
     return (int)(((x + 1) * (uint32_t)grid_ctas() - 1) / p.split_work);
 }
 
@@ -119,7 +119,7 @@ __device__ __forceinline__ int sm90_split_owner(const Sm90FwdParams &p, uint32_t
  * epilogue stores none of its rows (no TMA coordinate is negative), and
  * sm90_row_stored keeps them out of the direct stores. */
 template <class Cfg>
-__device__ __forceinline__ Sm90Seq sm90_fwd_seq(const Sm90FwdParams &p, bool varlen, int b) {
+__host__ __device__ __forceinline__ Sm90Seq sm90_fwd_seq(const Sm90FwdParams &p, bool varlen, int b) {
     Sm90Seq s = sm90_seq(p, varlen, b);
     if constexpr (Cfg::ROW_SHIFT) {
         s.q_row0 -= p.row_shift;
@@ -133,13 +133,13 @@ __device__ __forceinline__ Sm90Seq sm90_fwd_seq(const Sm90FwdParams &p, bool var
  * stored: not past the sequence's end, nor one of ROW_SHIFT's phantom rows
  * before its start. */
 template <class Cfg>
-__device__ __forceinline__ bool sm90_row_stored(const Sm90Tile &t, int r) {
+__host__ __device__ __forceinline__ bool sm90_row_stored(const Sm90Tile &t, int r) {
     if constexpr (Cfg::ROW_SHIFT) return r < t.seq.seq_q && t.seq.q_row0 + r >= 0;
     return r < t.seq.seq_q;
 }
 
 template <class Cfg>
-__device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int t) {
+__host__ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int t) {
     Sm90Tile tile;
     int hb, split_lo = 0, split_hi = 0;
     const bool piece = Cfg::SPLIT_TAIL && !p.paired && t >= p.tail_first;
@@ -198,7 +198,7 @@ __device__ __forceinline__ Sm90Tile sm90_decode_tile(const Sm90FwdParams &p, int
  * each head arrives for the consumers that do not read it. No masks: every
  * group sees every key. */
 template <class Cfg>
-__device__ __forceinline__ Sm90Tile sm90_decode_packed(const Sm90FwdParams &p, int t, int wg) {
+__host__ __device__ __forceinline__ Sm90Tile sm90_decode_packed(const Sm90FwdParams &p, int t, int wg) {
     int hb0;
     const int rg0 = sm90_divmod(Cfg::CONSUMERS * t, p.rg_div, &hb0);
     const int in_first = min(Cfg::CONSUMERS, p.rg_div.d - rg0);
@@ -218,7 +218,7 @@ __device__ __forceinline__ Sm90Tile sm90_decode_packed(const Sm90FwdParams &p, i
 }
 
 /* Tile t as consumer wg sees it, in either numbering. */
-template <class Cfg> __device__ __forceinline__ Sm90Tile sm90_decode_any(const Sm90FwdParams &p, int t, int wg) {
+template <class Cfg> __host__ __device__ __forceinline__ Sm90Tile sm90_decode_any(const Sm90FwdParams &p, int t, int wg) {
     if constexpr (Cfg::PACKED_ROWS) return sm90_decode_packed<Cfg>(p, t, wg);
     return sm90_decode_tile<Cfg>(p, t);
 }

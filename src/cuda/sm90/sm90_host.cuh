@@ -42,11 +42,10 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
  * columns at 128) x box_rows rows.
  * Returns 0 if TMA cannot address the view (alignment, stride limits). With
  * map NULL it only checks that (the "does this kernel take the problem"
- * questions): encoding is a driver call, done once, when launching. */
+ * questions, which also ask for the driver's encoder: sm90_encode_fn):
+ * encoding is a driver call, done once, when launching. */
 static inline int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt, int64_t B, int64_t S, int64_t H,
                                 int64_t D, int box_rows, int box_bytes = 128) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = sm90_encode_fn();
-    if (!encode) return 0;
     const int64_t es = dt == FA_F8_E4M3 ? 1 : 2;
     if (((uintptr_t)v->data) % 16) return 0;
     int64_t dims[4] = {D, S, H, B};
@@ -68,6 +67,8 @@ static inline int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt,
         gstride[i] = (cuuint64_t)strides[i];
     }
     if (!map) return 1;
+    PFN_cuTensorMapEncodeTiled_v12000 encode = sm90_encode_fn();
+    if (!encode) return 0;
     cuuint32_t box[4] = {(cuuint32_t)(box_bytes / es), (cuuint32_t)box_rows, 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
     CUtensorMapDataType type = dt == FA_BF16    ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16

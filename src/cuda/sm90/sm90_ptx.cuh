@@ -242,12 +242,32 @@ __device__ __forceinline__ int opaque_int(int x) {
 /* The same for a 64-bit value, in place. */
 __device__ __forceinline__ void opaque_u64(uint64_t *x) { asm volatile("" : "+l"(*x)); }
 
+/* Host builds of the forward's tile schedule (tests/test_sm90_schedule.cu)
+ * walk one CTA at a time: the CTA and the grid it stands in for. */
+struct Sm90HostGrid {
+    int cta, ctas;
+};
+inline Sm90HostGrid sm90_host_grid = {0, 1};
+
 /* gridDim.x read at the point of use (a special register), for loops that
  * cannot afford to keep it in a register (the 24-register producer). */
-__device__ __forceinline__ int grid_ctas() {
+__host__ __device__ __forceinline__ int grid_ctas() {
+#ifdef __CUDA_ARCH__
     int n;
     asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
     return n;
+#else
+    return sm90_host_grid.ctas;
+#endif
+}
+
+/* blockIdx.x (host builds: sm90_host_grid's CTA). */
+__host__ __device__ __forceinline__ int grid_cta() {
+#ifdef __CUDA_ARCH__
+    return (int)blockIdx.x;
+#else
+    return sm90_host_grid.cta;
+#endif
 }
 
 /* ---- math ------------------------------------------------------------------ */

@@ -18,14 +18,23 @@ struct Sm90Seq {
  * maps then span the packed rows as one batch); else of lengths sq and sk,
  * batch coordinate b. top_left: the diagonal starts at key 0, else it ends
  * at the last key. */
+/* A read of read-only memory (host builds: a plain one). */
+__host__ __device__ __forceinline__ int sm90_ldg(const int *x) {
+#ifdef __CUDA_ARCH__
+    return __ldg(x);
+#else
+    return *x;
+#endif
+}
+
 template <class Params>
-__device__ __forceinline__ Sm90Seq sm90_seq(const Params &p, bool varlen, int b) {
+__host__ __device__ __forceinline__ Sm90Seq sm90_seq(const Params &p, bool varlen, int b) {
     Sm90Seq s;
     if (varlen) {
-        s.q_row0 = __ldg(&p.cu_seqlens_q[b]);
-        s.k_row0 = __ldg(&p.cu_seqlens_k[b]);
-        s.seq_q = __ldg(&p.cu_seqlens_q[b + 1]) - s.q_row0;
-        s.seq_k = __ldg(&p.cu_seqlens_k[b + 1]) - s.k_row0;
+        s.q_row0 = sm90_ldg(&p.cu_seqlens_q[b]);
+        s.k_row0 = sm90_ldg(&p.cu_seqlens_k[b]);
+        s.seq_q = sm90_ldg(&p.cu_seqlens_q[b + 1]) - s.q_row0;
+        s.seq_k = sm90_ldg(&p.cu_seqlens_k[b + 1]) - s.k_row0;
         s.map_b = 0;
     } else {
         s.q_row0 = s.k_row0 = 0;
