@@ -8,8 +8,9 @@
  * block of every head that has rows is taken exactly once, by one CTA, with
  * the kv blocks its rows see (a tile holding phantom rows before a head's
  * first, ROW_SHIFT, may take more); a split-tail tile as pieces whose kv
- * blocks cover its blocks exactly once; packed row groups once each, with
- * every block.
+ * blocks cover its blocks exactly once, each from the CTA the merge takes
+ * for its owner, in a part slot of its own; packed row groups once each,
+ * with every block.
  */
 #define FA_SM90_SCHEDULE_TEST 1
 #include <stdio.h>
@@ -80,6 +81,7 @@ static fa_status sm90_schedule_test_walk(const fa_problem *p, const Sm90FwdParam
     walk.m_blocks = Cfg::PACKED_ROWS ? k.rg_div.d : k.num_m_blocks;
     walk.seen.assign((size_t)p->B * p->Hq * walk.m_blocks, Seen());
     const int G = sm90_grid(k, walk.ctas);
+    std::vector<int> slots(G + k.num_tiles); /* split-tail part slots (sm90_split_merge): each once */
     for (int c = 0; c < G; ++c) {
         sm90_host_grid = {c, G};
         int steps = 0;
@@ -102,6 +104,19 @@ static fa_status sm90_schedule_test_walk(const fa_problem *p, const Sm90FwdParam
                 }
                 const bool piece = Cfg::SPLIT_TAIL && !k.paired && t >= k.tail_first;
                 record(p, tile.batch, tile.head, tile.m_block, tile.n_lo, tile.n_hi, piece, nb);
+                if (piece) { /* the merge finds a tile's parts by their owners and slots */
+                    const int r = sm90_split_tile(k, t);
+                    for (int n = tile.n_lo; n < tile.n_hi; ++n)
+                        if (sm90_split_owner(k, (uint32_t)(r * k.split_blocks + n)) != c) {
+                            printf("  CTA %d: tail tile %d block %d has another owner\n", c, r, n);
+                            walk.errors++;
+                            break;
+                        }
+                    if (slots[c + r]++) {
+                        printf("  CTA %d: tail tile %d's part slot taken twice\n", c, r);
+                        walk.errors++;
+                    }
+                }
             }
         }
     }
