@@ -156,7 +156,7 @@ extern "C" int fa_sm90_bwd_supports(const fa_problem *p) {
     /* dK and dV are stored as column pairs (4 bytes) */
     if (!bwd_view_aligned(&p->dk) || !bwd_view_aligned(&p->dv)) return 0;
     Sm90BwdParams k;
-    return bwd_fill_params(p, NULL, &k);
+    return sm90_encode_fn() && bwd_fill_params(p, NULL, &k); /* (the maps are encoded at launch) */
 }
 
 extern "C" size_t fa_sm90_bwd_workspace(const fa_problem *p) {
