@@ -1,7 +1,10 @@
 /*
  * Hopper forward: which tile a CTA takes next, and what a tile is (its
  * sequence, query rows and kv blocks): the plain, paired and split-tail
- * orders, and where a consumer thread's rows lie in a tile.
+ * orders, and where a consumer thread's rows lie in a tile. The schedule's
+ * functions compile for the host too: tests/test_sm90_schedule.cu walks
+ * every CTA's tiles with them (grid_cta() and grid_ctas() then read
+ * sm90_host_grid).
  */
 #ifndef FA_SM90_FWD_SCHEDULE_CUH
 #define FA_SM90_FWD_SCHEDULE_CUH
