@@ -259,12 +259,12 @@ int run_case(const Case &c, int ctas) {
         return 1;
     }
     check_walk(&p, k);
-    const char *plan = k.packed_rows         ? "packed"
-                       : k.tail_first < k.num_tiles ? "split tail"
-                       : k.pair_tail_count  ? "paired, dealt tail"
-                       : k.paired           ? "paired"
-                       : k.short_split      ? "short split"
-                                            : "plain";
+    const char *plan = "plain";
+    if (k.packed_rows) plan = "packed";
+    else if (k.tail_first < k.num_tiles) plan = "split tail";
+    else if (k.pair_tail_count) plan = "paired, dealt tail";
+    else if (k.paired) plan = "paired";
+    else if (k.short_split) plan = "short split";
     printf("%s %s: %s%s\n", walk.errors ? "FAIL" : "PASS", name, plan, k.row_shift ? ", rows shifted" : "");
     return walk.errors != 0;
 }

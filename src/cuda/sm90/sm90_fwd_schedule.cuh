@@ -136,7 +136,7 @@ __host__ __device__ __forceinline__ Sm90Seq sm90_fwd_seq(const Sm90FwdParams &p,
  * stored: not past the sequence's end, nor one of ROW_SHIFT's phantom rows
  * before its start. */
 template <class Cfg>
-__host__ __device__ __forceinline__ bool sm90_row_stored(const Sm90Tile &t, int r) {
+__device__ __forceinline__ bool sm90_row_stored(const Sm90Tile &t, int r) {
     if constexpr (Cfg::ROW_SHIFT) return r < t.seq.seq_q && t.seq.q_row0 + r >= 0;
     return r < t.seq.seq_q;
 }
