@@ -10,11 +10,18 @@
  * first, ROW_SHIFT, may take more); a split-tail tile as pieces whose kv
  * blocks cover its blocks exactly once, each from the CTA the merge takes
  * for its owner, in a part slot of its own; packed row groups once each,
- * with every block.
+ * with every block. Each walk also prints how far its busiest CTA runs
+ * over an even split of the work by the plan's cost model (a tile costs
+ * its kv blocks plus 1.7 of one): the balance the plan predicts, e.g.
+ * for the grid's causal cells `test_sm90_schedule | grep
+ * "causal=1.*ctas=132"`. `test_sm90_schedule --plan-time` times the plan
+ * itself on the host for the grid's causal cells.
  */
 #define FA_SM90_SCHEDULE_TEST 1
 #include <stdio.h>
+#include <string.h>
 
+#include <chrono>
 #include <vector>
 
 #include "../src/cuda/sm90/sm90_fwd.cu"
@@ -35,6 +42,7 @@ struct Walk {
     int bn = 0;            /* keys a kv block */
     int m_blocks = 0;      /* query blocks a head, in the instance's numbering */
     std::vector<Seen> seen; /* by (batch, head, m) */
+    std::vector<double> load; /* by CTA: the plan's cost model, kv blocks + 1.7 a tile */
     int errors = 0;
 } walk;
 
@@ -82,6 +90,7 @@ static fa_status sm90_schedule_test_walk(const fa_problem *p, const Sm90FwdParam
     walk.seen.assign((size_t)p->B * p->Hq * walk.m_blocks, Seen());
     const int G = sm90_grid(k, walk.ctas);
     std::vector<int> slots(G + k.num_tiles); /* split-tail part slots (sm90_split_merge): each once */
+    walk.load.assign(G, 0.0);
     for (int c = 0; c < G; ++c) {
         sm90_host_grid = {c, G};
         int steps = 0;
@@ -98,12 +107,14 @@ static fa_status sm90_schedule_test_walk(const fa_problem *p, const Sm90FwdParam
                 seq_lengths(p, tile.batch, &sq, &sk);
                 const int nb = (int)((sk + Cfg::BN - 1) / Cfg::BN);
                 if (Cfg::PACKED_ROWS) { /* each consumer its own 64-row group */
+                    if (wg == 0) walk.load[c] += tile.n_hi - tile.n_lo + SM90_TILE_BOUNDARY_TENTHS / 10.0;
                     const int g = tile.m_block + wg;
                     if ((int64_t)g * 64 < sq) record(p, tile.batch, tile.head, g, tile.n_lo, tile.n_hi, false, nb);
                     continue;
                 }
                 const bool piece = Cfg::SPLIT_TAIL && !k.paired && t >= k.tail_first;
                 record(p, tile.batch, tile.head, tile.m_block, tile.n_lo, tile.n_hi, piece, nb);
+                walk.load[c] += tile.n_hi - tile.n_lo + SM90_TILE_BOUNDARY_TENTHS / 10.0;
                 if (piece) { /* the merge finds a tile's parts by their owners and slots */
                     const int r = sm90_split_tile(k, t);
                     for (int n = tile.n_lo; n < tile.n_hi; ++n)
@@ -190,9 +201,8 @@ struct Case {
     std::vector<int> seq_q, seq_k; /* varlen: the sequences' lengths (B of them) */
 };
 
-/* Runs one problem on a grid of `ctas` CTAs; returns 1 if it failed, -1 if
- * the Hopper forward does not take it. */
-int run_case(const Case &c, int ctas) {
+/* Case c as a problem (its varlen offsets in cu_q, cu_k). */
+fa_problem make_problem(const Case &c, std::vector<int> &cu_q, std::vector<int> &cu_k) {
     static uint8_t base[64] __attribute__((aligned(256)));
     void *data = base; /* TMA needs only an aligned address here: nothing is read */
     fa_problem p;
@@ -204,7 +214,6 @@ int run_case(const Case &c, int ctas) {
     p.Hq = c.Hq;
     p.Hk = c.Hk;
     p.D = p.Dv = c.D;
-    std::vector<int> cu_q, cu_k;
     const bool varlen = !c.seq_q.empty();
     int64_t rows_q = c.Sq, rows_k = c.Sk;
     if (varlen) {
@@ -231,6 +240,15 @@ int run_case(const Case &c, int ctas) {
     p.window_right = c.causal ? 0 : (c.wr < 0 ? FA_UNBOUNDED : c.wr);
     p.has_mask = p.window_left < FA_UNBOUNDED || p.window_right < FA_UNBOUNDED;
     p.top_left = c.top_left;
+    return p;
+}
+
+/* Runs one problem on a grid of `ctas` CTAs; returns 1 if it failed, -1 if
+ * the Hopper forward does not take it. */
+int run_case(const Case &c, int ctas) {
+    std::vector<int> cu_q, cu_k;
+    fa_problem p = make_problem(c, cu_q, cu_k);
+    const bool varlen = !c.seq_q.empty();
     char name[200];
     snprintf(name, sizeof name, "%s B=%d Sq=%d Sk=%d Hq=%d Hk=%d D=%d causal=%d tl=%d win=(%d,%d) cap=%g%s ctas=%d",
              c.dtype == FA_F8_E4M3 ? "e4m3" : "bf16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D, c.causal, c.top_left, c.wl,
@@ -265,13 +283,50 @@ int run_case(const Case &c, int ctas) {
     else if (k.pair_tail_count) plan = "paired, dealt tail";
     else if (k.paired) plan = "paired";
     else if (k.short_split) plan = "short split";
-    printf("%s %s: %s%s\n", walk.errors ? "FAIL" : "PASS", name, plan, k.row_shift ? ", rows shifted" : "");
+    double busiest = 0, total = 0; /* by the plan's cost model (sm90_pair_tail_plan) */
+    for (double l : walk.load) busiest = l > busiest ? l : busiest, total += l;
+    const double over = total > 0 ? 100.0 * (busiest * walk.load.size() / total - 1) : 0.0;
+    printf("%s %s: %s%s; busiest CTA %+.2f%% over an even split\n", walk.errors ? "FAIL" : "PASS", name, plan,
+           k.row_shift ? ", rows shifted" : "", over);
     return walk.errors != 0;
 }
 
 } // namespace
 
-int main() {
+/* --plan-time: the host time of the launch's plan (sm90_plan_tiles) for
+ * the standard grid's causal cells on 132 CTAs, its first call for the
+ * shape and the mean of the calls after it. */
+int plan_time() {
+    const fa_dtype bf = FA_BF16, f8 = FA_F8_E4M3;
+    std::vector<Case> cells;
+    for (int D : {64, 128, 256})
+        for (int S : {512, 1024, 2048, 4096, 8192, 16384})
+            cells.push_back({bf, 16384 / S, S, S, 2048 / D, 2048 / D, D, 1, 0, -1, -1, 0.f, {}, {}});
+    for (int S : {2048, 4096, 8192, 16384}) cells.push_back({f8, 16384 / S, S, S, 16, 16, 128, 1, 0, -1, -1, 0.f, {}, {}});
+    for (const Case &c : cells) {
+        std::vector<int> cu_q, cu_k;
+        const fa_problem p = make_problem(c, cu_q, cu_k);
+        Sm90FwdParams k0, k;
+        if (!sm90_fill_params(&p, &k0, NULL, 0)) return 1;
+        enum { REPEATS = 200 };
+        auto t0 = std::chrono::steady_clock::now();
+        k = k0;
+        sm90_plan_tiles(&p, &k, 132, NULL, 0);
+        auto t1 = std::chrono::steady_clock::now();
+        for (int i = 0; i < REPEATS; ++i) {
+            k = k0;
+            sm90_plan_tiles(&p, &k, 132, NULL, 0);
+        }
+        auto t2 = std::chrono::steady_clock::now();
+        printf("%s D=%d causal %d x %d: plan %.1f us first, %.2f us after\n", c.dtype == f8 ? "e4m3" : "bf16", c.D, c.B,
+               c.Sq, std::chrono::duration<double, std::micro>(t1 - t0).count(),
+               std::chrono::duration<double, std::micro>(t2 - t1).count() / REPEATS);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--plan-time")) return plan_time();
     std::vector<Case> cases;
     const fa_dtype bf = FA_BF16, f8 = FA_F8_E4M3;
     /* the standard grid's shapes, causal and not, every head dim */
