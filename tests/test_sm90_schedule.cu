@@ -10,9 +10,9 @@
  * first, ROW_SHIFT, may take more); a split-tail tile as pieces whose kv
  * blocks cover its blocks exactly once, each from the CTA the merge takes
  * for its owner, in a part slot of its own; packed row groups once each,
- * with every block. Each walk also prints how far its busiest CTA runs
- * over an even split of the work by the plan's cost model (a tile costs
- * its kv blocks plus 1.7 of one): the balance the plan predicts, e.g.
+ * with every block. Each paired walk also prints how far its busiest CTA
+ * runs over an even split of the work by the paired plan's cost model (a
+ * tile costs its kv blocks plus 1.7 of one): the balance it predicts, e.g.
  * for the grid's causal cells `test_sm90_schedule | grep
  * "causal=1.*ctas=132"`. `test_sm90_schedule --plan-time` times the plan
  * itself on the host for the grid's causal cells.
@@ -42,7 +42,7 @@ struct Walk {
     int bn = 0;            /* keys a kv block */
     int m_blocks = 0;      /* query blocks a head, in the instance's numbering */
     std::vector<Seen> seen; /* by (batch, head, m) */
-    std::vector<double> load; /* by CTA: the plan's cost model, kv blocks + 1.7 a tile */
+    std::vector<double> load; /* by CTA: the paired plan's cost model, kv blocks + 1.7 a tile */
     int errors = 0;
 } walk;
 
@@ -283,11 +283,13 @@ int run_case(const Case &c, int ctas) {
     else if (k.pair_tail_count) plan = "paired, dealt tail";
     else if (k.paired) plan = "paired";
     else if (k.short_split) plan = "short split";
-    double busiest = 0, total = 0; /* by the plan's cost model (sm90_pair_tail_plan) */
+    double busiest = 0, total = 0; /* by the paired plan's cost model (sm90_pair_tail_plan) */
     for (double l : walk.load) busiest = l > busiest ? l : busiest, total += l;
-    const double over = total > 0 ? 100.0 * (busiest * walk.load.size() / total - 1) : 0.0;
-    printf("%s %s: %s%s; busiest CTA %+.2f%% over an even split\n", walk.errors ? "FAIL" : "PASS", name, plan,
-           k.row_shift ? ", rows shifted" : "", over);
+    char balance[64] = "";
+    if (k.paired && total > 0)
+        snprintf(balance, sizeof balance, "; busiest CTA %+.2f%% over an even split",
+                 100.0 * (busiest * walk.load.size() / total - 1));
+    printf("%s %s: %s%s%s\n", walk.errors ? "FAIL" : "PASS", name, plan, k.row_shift ? ", rows shifted" : "", balance);
     return walk.errors != 0;
 }
 
