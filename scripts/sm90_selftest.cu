@@ -30,6 +30,7 @@
 
 #include "../src/cuda/sm90/sm90_fwd.cu"
 #include "sm90_harness.cuh"
+#include "../tests/util/sm90_case_mask.h"
 
 /* FA_SELFTEST_WHOLE=1: no workspace for the split tail, so every case runs
  * whole tiles (the same cases, to compare against). */
@@ -175,10 +176,7 @@ static int run_case(const Case &c0) {
     }
     p.scale = 1.0f / sqrtf((float)D);
     p.softcap = c.softcap;
-    p.window_left = c.causal ? FA_UNBOUNDED : (c.wl < 0 ? FA_UNBOUNDED : c.wl);
-    p.window_right = c.causal ? 0 : (c.wr < 0 ? FA_UNBOUNDED : c.wr);
-    p.has_mask = p.window_left < FA_UNBOUNDED || p.window_right < FA_UNBOUNDED;
-    p.top_left = c.top_left;
+    sm90_case_mask(&p, c.causal, c.top_left, c.wl, c.wr);
     fa_exec x;
     memset(&x, 0, sizeof x);
     if (!fa_sm90_fwd_supports(&p)) {
@@ -519,10 +517,7 @@ static int run_fp8_case(const Case &c) {
     p.v_descale = ddesc[2];
     p.scale = 1.0f / sqrtf((float)D);
     p.softcap = c.softcap;
-    p.window_left = c.causal ? FA_UNBOUNDED : (c.wl < 0 ? FA_UNBOUNDED : c.wl);
-    p.window_right = c.causal ? 0 : (c.wr < 0 ? FA_UNBOUNDED : c.wr);
-    p.has_mask = p.window_left < FA_UNBOUNDED || p.window_right < FA_UNBOUNDED;
-    p.top_left = c.top_left;
+    sm90_case_mask(&p, c.causal, c.top_left, c.wl, c.wr);
     if (!fa_sm90_fwd_supports(&p)) {
         printf("UNSUPPORTED e4m3 D=%d\n", c.D);
         return 1;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../src/cuda/sm90/sm90_fwd.cu"
+#include "util/sm90_case_mask.h"
 
 namespace {
 
@@ -236,10 +237,7 @@ fa_problem make_problem(const Case &c, std::vector<int> &cu_q, std::vector<int> 
     p.v = p.k;
     p.scale = 1.0f / sqrtf((float)c.D);
     p.softcap = c.softcap;
-    p.window_left = c.causal ? FA_UNBOUNDED : (c.wl < 0 ? FA_UNBOUNDED : c.wl);
-    p.window_right = c.causal ? 0 : (c.wr < 0 ? FA_UNBOUNDED : c.wr);
-    p.has_mask = p.window_left < FA_UNBOUNDED || p.window_right < FA_UNBOUNDED;
-    p.top_left = c.top_left;
+    sm90_case_mask(&p, c.causal, c.top_left, c.wl, c.wr);
     return p;
 }
 
