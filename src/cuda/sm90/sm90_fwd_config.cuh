@@ -238,7 +238,7 @@ struct Sm90FwdConfig {
      * on 512-key tiles (+1% elsewhere), -3..-5% for e4m3 (ptxas then sinks
      * the e4m3 packing into the turn), and spills with three consumers
      * (the fp32 probabilities live across the turn); item 30. With P in
-     * shared memory (e4m3, three consumers) it measured -2..-3% (item 147). */
+     * shared memory (e4m3, three consumers) it measured -1.7..-3.3% (item 147). */
     static constexpr bool LATE_PV_RETIRE = D == 256;
     /* P in two register buffers (16-bit head dim 128 and the two-consumer
      * head-dim-64 kernel): block n's probabilities are packed into the buffer
