@@ -19,6 +19,11 @@ their load, and ours over cuDNN, which shows where in a load the ratio moves
 (bench/gpu_vs_torch.py times each cell ~0.15-0.2 s into a contender's load).
 --gap-s sets the idle time before each contender (0: straight after the one
 before, as in the grid).
+
+With --reasons the summary also gives the instantaneous power and the share
+of samples in which each clock event reason nvidia-smi reports was active
+(software power cap, hardware slowdown, power brake, software and hardware
+thermal slowdown): what held the clock where it was. Read only.
 """
 import argparse
 import datetime
@@ -35,9 +40,14 @@ import torch  # noqa: E402
 import gpu_vs_torch as g  # noqa: E402
 
 
+# clock event reasons read with --reasons (nvidia-smi's field names)
+REASONS = ("sw_power_cap", "hw_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown")
+
+
 def read_samples(path):
-    """(time of day, MHz, W, instant W or NaN) rows of an nvidia-smi CSV
-    (timestamp, clocks.sm, power.draw[, power.draw.instant])."""
+    """(time of day, MHz, W, instant W or NaN, reasons active) rows of an
+    nvidia-smi CSV (timestamp, clocks.sm, power.draw[, power.draw.instant[,
+    one column per REASONS entry]])."""
     rows = []
     with open(path) as f:
         for line in f:
@@ -45,19 +55,35 @@ def read_samples(path):
             try:
                 ts = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f")
                 instant = float(parts[3].split()[0]) if len(parts) > 3 else float("nan")
-                rows.append((ts, float(parts[1].split()[0]), float(parts[2].split()[0]), instant))
+                active = tuple(x.lower() == "active" for x in parts[4:])
+                rows.append((ts, float(parts[1].split()[0]), float(parts[2].split()[0]), instant, active))
             except (ValueError, IndexError):
                 pass  # header or a sample nvidia-smi could not read
     return rows
 
 
+def settled_samples(rows, t0, t1):
+    """The samples of the last two thirds of [t0, t1]."""
+    sel = [r for r in rows if t0 <= r[0] <= t1]
+    return sel[len(sel) // 3:]
+
+
 def window_means(rows, t0, t1):
     """Mean clock and (averaged) power over the last two thirds of [t0, t1]."""
-    sel = [r for r in rows if t0 <= r[0] <= t1]
-    sel = sel[len(sel) // 3:]
+    sel = settled_samples(rows, t0, t1)
     if not sel:
         return float("nan"), float("nan")
     return statistics.mean(r[1] for r in sel), statistics.mean(r[2] for r in sel)
+
+
+def reason_shares(rows, t0, t1):
+    """Mean instantaneous power, and the share of samples with each of
+    REASONS active, over the last two thirds of [t0, t1]."""
+    sel = settled_samples(rows, t0, t1)
+    if not sel:
+        return float("nan"), [float("nan")] * len(REASONS)
+    return (statistics.mean(r[3] for r in sel),
+            [sum(len(r[4]) > i and r[4][i] for r in sel) / len(sel) for i in range(len(REASONS))])
 
 
 def main():
@@ -67,6 +93,8 @@ def main():
     ap.add_argument("--cells", default="128:0:1:16384,128:0:4:4096,64:1:16:1024")
     ap.add_argument("--trace", type=float, default=0.0, help="slice width in ms for a trace of each window (0: none)")
     ap.add_argument("--gap-s", type=float, default=0.3, help="idle seconds before each contender's window")
+    ap.add_argument("--reasons", action="store_true",
+                    help="also the instantaneous power and the share of samples each clock event reason was active")
     args = ap.parse_args()
 
     lib = g.FlashAttn(args.lib, "cuda")
@@ -74,7 +102,9 @@ def main():
     csv = samples.name
     # power.draw is averaged over about a second on recent drivers; a trace
     # also asks for the instantaneous reading
-    fields = "timestamp,clocks.sm,power.draw" + (",power.draw.instant" if args.trace > 0 else "")
+    fields = "timestamp,clocks.sm,power.draw" + (",power.draw.instant" if args.trace > 0 or args.reasons else "")
+    if args.reasons:
+        fields += "".join(",clocks_event_reasons." + r for r in REASONS)
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=" + fields, "--format=csv,noheader", "-lms", "20"],
                            stdout=samples, stderr=subprocess.DEVNULL)
     windows = []
@@ -107,10 +137,15 @@ def main():
         samples.close()
     rows = read_samples(csv)
     os.unlink(csv)
-    print("%-16s %-6s %12s %14s %8s %6s" % ("D:causal:B:S", "who", "first 20 TF", "settled TF", "MHz", "W"))
+    print("%-16s %-6s %12s %14s %8s %6s" % ("D:causal:B:S", "who", "first 20 TF", "settled TF", "MHz", "W") +
+          ("  %6s  %s" % ("W inst", " ".join(REASONS)) if args.reasons else ""))
     for cell, name, t0, t1, first, settled, _ in windows:
         mhz, watts = window_means(rows, t0, t1)
-        print("%-16s %-6s %12.0f %14.0f %8.0f %6.0f" % (cell, name, first, settled, mhz, watts))
+        line = "%-16s %-6s %12.0f %14.0f %8.0f %6.0f" % (cell, name, first, settled, mhz, watts)
+        if args.reasons:
+            instant, shares = reason_shares(rows, t0, t1)
+            line += "  %6.0f  %s" % (instant, " ".join("%*.2f" % (len(r), x) for r, x in zip(REASONS, shares)))
+        print(line)
     if args.trace > 0:
         print_traces(windows, rows, args.trace / 1000.0, args.seconds)
 

@@ -57,3 +57,33 @@ def test_fp8_alternates_over_passes(tmp_path):
     assert runs(calls) == ["ours", "cudnn", "ours", "cudnn", "gemm"]  # ours, cuDNN; cuDNN, ours; ours, cuDNN
     line = next(x for x in out.splitlines() if x.startswith("# causal 0, 1 x 16384"))
     assert line.count("passes ") == 2
+
+
+def test_sustained_reads_clock_event_reasons(tmp_path):
+    """gpu_sustained's nvidia-smi samples with --reasons: the instantaneous
+    power and the share of settled samples each reason was active."""
+    import datetime
+    saved_modules, saved_path = dict(sys.modules), list(sys.path)
+    try:  # the stand-in for torch only while the script is imported
+        sys.path.insert(0, os.path.dirname(STANDIN))
+        import torch_standin
+        torch_standin.install()
+        sys.path.insert(0, torch_standin.BENCH)
+        import gpu_sustained
+    finally:
+        sys.modules.clear()
+        sys.modules.update(saved_modules)
+        sys.path[:] = saved_path
+    t0 = datetime.datetime(2026, 1, 1, 12, 0, 0)
+    csv = tmp_path / "samples.csv"
+    with open(csv, "w") as f:
+        for i in range(30):  # 20 ms apart; the cap active in every other sample
+            ts = (t0 + datetime.timedelta(milliseconds=20 * i)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+            cap = "Active" if i % 2 else "Not Active"
+            f.write(f"{ts}, 1800 MHz, 650.00 W, {680 + i % 3}.00 W, {cap}, Not Active, Not Active, Not Active, "
+                    "Not Active\n")
+    rows = gpu_sustained.read_samples(str(csv))
+    t1 = t0 + datetime.timedelta(seconds=1)
+    assert gpu_sustained.window_means(rows, t0, t1) == (1800.0, 650.0)
+    instant, shares = gpu_sustained.reason_shares(rows, t0, t1)
+    assert 680 <= instant <= 682 and shares == [0.5, 0.0, 0.0, 0.0, 0.0]
