@@ -101,7 +101,7 @@ def main():
     samples = tempfile.NamedTemporaryFile(mode="w", suffix=".csv", delete=False)
     csv = samples.name
     # power.draw is averaged over about a second on recent drivers; a trace
-    # also asks for the instantaneous reading
+    # and --reasons also ask for the instantaneous reading
     fields = "timestamp,clocks.sm,power.draw" + (",power.draw.instant" if args.trace > 0 or args.reasons else "")
     if args.reasons:
         fields += "".join(",clocks_event_reasons." + r for r in REASONS)
