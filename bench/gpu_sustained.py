@@ -6,7 +6,7 @@ taken over the last two thirds of each window, once the clock has settled at
 the power cap (docs/perf/sm90.md, item 30).
 
     python3 bench/gpu_sustained.py [--lib build/libflashattn.so] [--seconds 1.5]
-                                   [--cells 128:0:1:16384,128:0:4:4096,64:1:16:1024]
+                                   [--cells 128:0:1:16384,128:0:4:4096,64:1:16:1024 | --grid]
                                    [--trace 100] [--gap-s 0.3]
 
 A cell is D:causal:batch:seqlen (hidden 2048, bf16). Prints, per contender and
@@ -19,6 +19,12 @@ their load, and ours over cuDNN, which shows where in a load the ratio moves
 (bench/gpu_vs_torch.py times each cell ~0.15-0.2 s into a contender's load).
 --gap-s sets the idle time before each contender (0: straight after the one
 before, as in the grid).
+
+--grid times the whole standard grid of bench/gpu_vs_torch.py (36 cells,
+about 2.5 minutes) instead of --cells. A cell's settled ratio, ours over
+cuDNN, is each one's throughput at its own clock under sustained load; a
+table of them follows the summary, with the count of cells at the bar
+(1.05x cuDNN) and the lowest.
 
 With --reasons the summary also gives the instantaneous power and the share
 of samples in which each clock event reason nvidia-smi reports was active
@@ -86,11 +92,35 @@ def reason_shares(rows, t0, t1):
             [sum(len(r[4]) > i and r[4][i] for r in sel) / len(sel) for i in range(len(REASONS))])
 
 
+def grid_cells():
+    """The standard grid as D:causal:batch:seqlen cells, in the grid's order."""
+    return ["%d:%d:%d:%d" % (D, causal, B, S)
+            for D in g.GRID_DIMS for causal in (0, 1) for B, S in g.GRID_SIZES]
+
+
+def settled_ratios(windows):
+    """(cell, ours' settled TFLOP/s, cuDNN's, ours over cuDNN) per cell timed
+    by both, in the order timed."""
+    by_cell = {}
+    for cell, name, _t0, _t1, _first, settled, _trace in windows:
+        by_cell.setdefault(cell, {})[name] = settled
+    return [(cell, v["ours"], v["cudnn"], v["ours"] / v["cudnn"])
+            for cell, v in by_cell.items() if "ours" in v and "cudnn" in v]
+
+
+def bar_line(ratios):
+    """The bar's summary of settled_ratios' rows."""
+    cell, _, _, lo = min(ratios, key=lambda r: r[3])
+    return "# settled: %d of %d cells at >= %.2fx cuDNN; lowest %.3f (%s)" % (
+        sum(r[3] >= g.BAR for r in ratios), len(ratios), g.BAR, lo, cell)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--cells", default="128:0:1:16384,128:0:4:4096,64:1:16:1024")
+    ap.add_argument("--grid", action="store_true", help="the standard grid's 36 cells instead of --cells")
     ap.add_argument("--trace", type=float, default=0.0, help="slice width in ms for a trace of each window (0: none)")
     ap.add_argument("--gap-s", type=float, default=0.3, help="idle seconds before each contender's window")
     ap.add_argument("--reasons", action="store_true",
@@ -109,7 +139,7 @@ def main():
                            stdout=samples, stderr=subprocess.DEVNULL)
     windows = []
     try:
-        for cell in args.cells.split(","):
+        for cell in grid_cells() if args.grid else args.cells.split(","):
             D, causal, B, S = (int(x) for x in cell.split(":"))
             H = 2048 // D
             ours, cudnn = g.fwd_against_cudnn(lib, B, S, H, D, bool(causal))
@@ -146,6 +176,12 @@ def main():
             instant, shares = reason_shares(rows, t0, t1)
             line += "  %6.0f  %s" % (instant, " ".join("%*.2f" % (len(r), x) for r, x in zip(REASONS, shares)))
         print(line)
+    ratios = settled_ratios(windows)
+    if ratios:
+        print("\n%-16s %9s %9s %11s" % ("D:causal:B:S", "ours TF", "cuDNN TF", "ours/cuDNN"))
+        for cell, ours, cudnn, ratio in ratios:
+            print("%-16s %9.1f %9.1f %11.3f" % (cell, ours, cudnn, ratio))
+        print(bar_line(ratios))
     if args.trace > 0:
         print_traces(windows, rows, args.trace / 1000.0, args.seconds)
 

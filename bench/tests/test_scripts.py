@@ -59,21 +59,28 @@ def test_fp8_alternates_over_passes(tmp_path):
     assert line.count("passes ") == 2
 
 
-def test_sustained_reads_clock_event_reasons(tmp_path):
-    """gpu_sustained's nvidia-smi samples with --reasons: the instantaneous
-    power and the share of settled samples each reason was active."""
-    import datetime
+def import_sustained():
+    """bench/gpu_sustained.py as a module, imported under the stand-in for
+    torch (only while it is imported), so its functions can be called."""
     saved_modules, saved_path = dict(sys.modules), list(sys.path)
-    try:  # the stand-in for torch only while the script is imported
+    try:
         sys.path.insert(0, os.path.dirname(STANDIN))
         import torch_standin
         torch_standin.install()
         sys.path.insert(0, torch_standin.BENCH)
         import gpu_sustained
+        return gpu_sustained
     finally:
         sys.modules.clear()
         sys.modules.update(saved_modules)
         sys.path[:] = saved_path
+
+
+def test_sustained_reads_clock_event_reasons(tmp_path):
+    """gpu_sustained's nvidia-smi samples with --reasons: the instantaneous
+    power and the share of settled samples each reason was active."""
+    import datetime
+    gpu_sustained = import_sustained()
     t0 = datetime.datetime(2026, 1, 1, 12, 0, 0)
     csv = tmp_path / "samples.csv"
     with open(csv, "w") as f:
@@ -87,3 +94,20 @@ def test_sustained_reads_clock_event_reasons(tmp_path):
     assert gpu_sustained.window_means(rows, t0, t1) == (1800.0, 650.0)
     instant, shares = gpu_sustained.reason_shares(rows, t0, t1)
     assert 680 <= instant <= 682 and shares == [0.5, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_sustained_grid_and_settled_ratios():
+    """--grid's cells are the standard grid's, and the settled ratios pair
+    each cell's two contenders and count the cells at the bar."""
+    gpu_sustained = import_sustained()
+    cells = gpu_sustained.grid_cells()
+    assert len(cells) == 36 and len(set(cells)) == 36
+    assert cells[0] == "64:0:32:512" and cells[5] == "64:0:1:16384" and cells[-1] == "256:1:1:16384"
+    # windows as main() keeps them: cell, contender, start, end, first-20 TF, settled TF, trace
+    windows = [("64:1:32:512", "ours", None, None, 0, 262.0, []), ("64:1:32:512", "cudnn", None, None, 0, 250.0, []),
+               ("128:0:1:16384", "ours", None, None, 0, 690.0, []),
+               ("128:0:1:16384", "cudnn", None, None, 0, 600.0, [])]
+    ratios = gpu_sustained.settled_ratios(windows)
+    assert [r[0] for r in ratios] == ["64:1:32:512", "128:0:1:16384"]
+    assert abs(ratios[0][3] - 1.048) < 1e-9 and abs(ratios[1][3] - 1.15) < 1e-9
+    assert gpu_sustained.bar_line(ratios) == "# settled: 1 of 2 cells at >= 1.05x cuDNN; lowest 1.048 (64:1:32:512)"
