@@ -7,7 +7,7 @@ the power cap (docs/perf/sm90.md, item 30).
 
     python3 bench/gpu_sustained.py [--lib build/libflashattn.so] [--seconds 1.5]
                                    [--cells 128:0:1:16384,128:0:4:4096,64:1:16:1024 | --grid]
-                                   [--trace 100] [--gap-s 0.3]
+                                   [--trace 100] [--gap-s 0.3] [--ab B.so] [--rounds 1]
 
 A cell is D:causal:batch:seqlen (hidden 2048, bf16). Prints, per contender and
 cell, the TFLOP/s of its first 20 calls and of the settled part, and the mean
@@ -19,6 +19,12 @@ their load, and ours over cuDNN, which shows where in a load the ratio moves
 (bench/gpu_vs_torch.py times each cell ~0.15-0.2 s into a contender's load).
 --gap-s sets the idle time before each contender (0: straight after the one
 before, as in the grid).
+
+--ab B.so adds a second build of the library as a third contender ("ours_b"),
+and --rounds N times every cell N times, the contenders' order reversed every
+other round: a settled A/B of two builds beside cuDNN. Where the grid's short
+timings move by several percent from run to run, the settled figures of one
+build agree within 1-3% across cards (docs/perf/sm90.md, item 151).
 
 --grid times the whole standard grid of bench/gpu_vs_torch.py (36 cells,
 about 2.5 minutes) instead of --cells. A cell's settled ratio, ours over
@@ -98,21 +104,21 @@ def grid_cells():
             for D in g.GRID_DIMS for causal in (0, 1) for B, S in g.GRID_SIZES]
 
 
-def settled_ratios(windows):
-    """(cell, ours' settled TFLOP/s, cuDNN's, ours over cuDNN) per cell timed
-    by both, in the order timed."""
+def settled_figures(windows):
+    """(cell, {contender: settled TFLOP/s, the median over its rounds}) per
+    cell, in the order timed."""
     by_cell = {}
     for cell, name, _t0, _t1, _first, settled, _trace in windows:
-        by_cell.setdefault(cell, {})[name] = settled
-    return [(cell, v["ours"], v["cudnn"], v["ours"] / v["cudnn"])
-            for cell, v in by_cell.items() if "ours" in v and "cudnn" in v]
+        by_cell.setdefault(cell, {}).setdefault(name, []).append(settled)
+    return [(cell, {n: statistics.median(v) for n, v in tf.items()}) for cell, tf in by_cell.items()]
 
 
-def bar_line(ratios):
-    """The bar's summary of settled_ratios' rows."""
-    cell, _, _, lo = min(ratios, key=lambda r: r[3])
-    return "# settled: %d of %d cells at >= %.2fx cuDNN; lowest %.3f (%s)" % (
-        sum(r[3] >= g.BAR for r in ratios), len(ratios), g.BAR, lo, cell)
+def bar_line(figures, name="ours"):
+    """The bar's summary of a contender's settled figures against cuDNN's."""
+    ratios = [(tf[name] / tf["cudnn"], cell) for cell, tf in figures if name in tf and "cudnn" in tf]
+    lo, cell = min(ratios)
+    return "# settled, %s: %d of %d cells at >= %.2fx cuDNN; lowest %.3f (%s)" % (
+        name, sum(r >= g.BAR for r, _ in ratios), len(ratios), g.BAR, lo, cell)
 
 
 def main():
@@ -123,11 +129,16 @@ def main():
     ap.add_argument("--grid", action="store_true", help="the standard grid's 36 cells instead of --cells")
     ap.add_argument("--trace", type=float, default=0.0, help="slice width in ms for a trace of each window (0: none)")
     ap.add_argument("--gap-s", type=float, default=0.3, help="idle seconds before each contender's window")
+    ap.add_argument("--ab", metavar="B.so", help="a second build, timed as a third contender (ours_b)")
+    ap.add_argument("--rounds", type=int, default=1, help="times each cell is timed, the order reversed every other")
     ap.add_argument("--reasons", action="store_true",
                     help="also the instantaneous power and the share of samples each clock event reason was active")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
 
     lib = g.FlashAttn(args.lib, "cuda")
+    lib_b = g.FlashAttn(args.ab, "cuda") if args.ab else None
     samples = tempfile.NamedTemporaryFile(mode="w", suffix=".csv", delete=False)
     csv = samples.name
     # power.draw is averaged over about a second on recent drivers; a trace
@@ -139,12 +150,17 @@ def main():
                            stdout=samples, stderr=subprocess.DEVNULL)
     windows = []
     try:
-        for cell in grid_cells() if args.grid else args.cells.split(","):
+        cells = grid_cells() if args.grid else args.cells.split(",")
+        for r, cell in ((r, c) for r in range(args.rounds) for c in cells):
             D, causal, B, S = (int(x) for x in cell.split(":"))
             H = 2048 // D
             ours, cudnn = g.fwd_against_cudnn(lib, B, S, H, D, bool(causal))
+            fns = [("ours", ours)]
+            if lib_b:  # its own problem of the same shape (fresh inputs, as each build gets in gpu_lib_ab.py)
+                fns.append(("ours_b", g.fwd_against_cudnn(lib_b, B, S, H, D, bool(causal))[0]))
+            fns.append(("cudnn", cudnn))
             flops = g.flops_fwd(B, H, S, D, bool(causal))
-            for name, fn in (("ours", ours), ("cudnn", cudnn)):
+            for name, fn in fns if r % 2 == 0 else fns[::-1]:
                 for _ in range(3):
                     fn()
                 torch.cuda.synchronize()
@@ -158,7 +174,7 @@ def main():
                 windows.append((cell, name, t0, datetime.datetime.now(), flops / times[0] / 1e9,
                                 flops / statistics.median(times[len(times) // 3:]) / 1e9,
                                 [(a, flops / b / 1e9) for a, b in zip(starts, times)]))
-            del ours, cudnn, fn  # the problem's tensors, held by the two callables
+            del ours, cudnn, fn, fns  # the problems' tensors, held by the callables
             torch.cuda.empty_cache()
     finally:
         time.sleep(0.1)
@@ -176,12 +192,19 @@ def main():
             instant, shares = reason_shares(rows, t0, t1)
             line += "  %6.0f  %s" % (instant, " ".join("%*.2f" % (len(r), x) for r, x in zip(REASONS, shares)))
         print(line)
-    ratios = settled_ratios(windows)
-    if ratios:
-        print("\n%-16s %9s %9s %11s" % ("D:causal:B:S", "ours TF", "cuDNN TF", "ours/cuDNN"))
-        for cell, ours, cudnn, ratio in ratios:
-            print("%-16s %9.1f %9.1f %11.3f" % (cell, ours, cudnn, ratio))
-        print(bar_line(ratios))
+    figures = settled_figures(windows)
+    if figures:
+        ab = lib_b is not None
+        print("\n%-16s %9s %9s %11s" % ("D:causal:B:S", "ours TF", "cuDNN TF", "ours/cuDNN") +
+              (" %9s %13s %9s" % ("B TF", "ours_b/cuDNN", "B/A") if ab else ""))
+        for cell, tf in figures:
+            line = "%-16s %9.1f %9.1f %11.3f" % (cell, tf["ours"], tf["cudnn"], tf["ours"] / tf["cudnn"])
+            if ab:
+                line += " %9.1f %13.3f %9.3f" % (tf["ours_b"], tf["ours_b"] / tf["cudnn"], tf["ours_b"] / tf["ours"])
+            print(line)
+        print(bar_line(figures))
+        if ab:
+            print(bar_line(figures, "ours_b"))
     if args.trace > 0:
         print_traces(windows, rows, args.trace / 1000.0, args.seconds)
 
@@ -197,7 +220,8 @@ def slice_means(trace, rows, t0, lo, hi):
 
 
 def print_traces(windows, rows, width, seconds):
-    """Per cell, ours and cuDNN slice by slice from the start of each one's load."""
+    """Per cell (its last round), ours and cuDNN slice by slice from the start
+    of each one's load."""
     by_cell = {}
     for cell, name, t0, _t1, _f, _s, trace in windows:
         by_cell.setdefault(cell, {})[name] = (t0, trace)

@@ -9,10 +9,13 @@ import sys
 STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_standin.py")
 
 
-def run(tmp_path, script, *args):
-    """Runs a script; returns its stdout and the names of its kernel calls, in order."""
+def run(tmp_path, script, *args, path_first=None):
+    """Runs a script (path_first: a folder put first on its PATH); returns its
+    stdout and the names of its kernel calls, in order."""
     calls = tmp_path / "calls"
     env = dict(os.environ, STANDIN_CALLS=str(calls))
+    if path_first:
+        env["PATH"] = str(path_first) + os.pathsep + env.get("PATH", "")
     r = subprocess.run([sys.executable, STANDIN, script, *args], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     return r.stdout, calls.read_text().split("\n")
@@ -96,18 +99,40 @@ def test_sustained_reads_clock_event_reasons(tmp_path):
     assert 680 <= instant <= 682 and shares == [0.5, 0.0, 0.0, 0.0, 0.0]
 
 
-def test_sustained_grid_and_settled_ratios():
-    """--grid's cells are the standard grid's, and the settled ratios pair
-    each cell's two contenders and count the cells at the bar."""
+def test_sustained_grid_and_settled_figures():
+    """--grid's cells are the standard grid's; the settled figures take each
+    contender's median over the rounds, and the bar's line counts a
+    contender's cells at 1.05x cuDNN."""
     gpu_sustained = import_sustained()
     cells = gpu_sustained.grid_cells()
     assert len(cells) == 36 and len(set(cells)) == 36
     assert cells[0] == "64:0:32:512" and cells[5] == "64:0:1:16384" and cells[-1] == "256:1:1:16384"
-    # windows as main() keeps them: cell, contender, start, end, first-20 TF, settled TF, trace
-    windows = [("64:1:32:512", "ours", None, None, 0, 262.0, []), ("64:1:32:512", "cudnn", None, None, 0, 250.0, []),
-               ("128:0:1:16384", "ours", None, None, 0, 690.0, []),
-               ("128:0:1:16384", "cudnn", None, None, 0, 600.0, [])]
-    ratios = gpu_sustained.settled_ratios(windows)
-    assert [r[0] for r in ratios] == ["64:1:32:512", "128:0:1:16384"]
-    assert abs(ratios[0][3] - 1.048) < 1e-9 and abs(ratios[1][3] - 1.15) < 1e-9
-    assert gpu_sustained.bar_line(ratios) == "# settled: 1 of 2 cells at >= 1.05x cuDNN; lowest 1.048 (64:1:32:512)"
+
+    def window(cell, name, settled):  # as main() keeps them: cell, contender, start, end, first-20 TF, settled, trace
+        return (cell, name, None, None, 0.0, settled, [])
+    windows = [window("64:1:32:512", n, tf) for n, tf in (("ours", 262.0), ("ours_b", 270.0), ("cudnn", 250.0))]
+    windows += [window("128:0:1:16384", n, tf) for n, tf in (("cudnn", 600.0), ("ours_b", 700.0), ("ours", 690.0))]
+    windows += [window("64:1:32:512", n, tf) for n, tf in (("cudnn", 250.0), ("ours_b", 280.0), ("ours", 262.0))]
+    windows += [window("64:1:32:512", n, tf) for n, tf in (("ours", 300.0), ("ours_b", 275.0), ("cudnn", 250.0))]
+    figures = gpu_sustained.settled_figures(windows)
+    assert [cell for cell, _ in figures] == ["64:1:32:512", "128:0:1:16384"]
+    assert figures[0][1] == {"ours": 262.0, "ours_b": 275.0, "cudnn": 250.0}  # medians of three rounds
+    assert gpu_sustained.bar_line(figures) == \
+        "# settled, ours: 1 of 2 cells at >= 1.05x cuDNN; lowest 1.048 (64:1:32:512)"
+    assert gpu_sustained.bar_line(figures, "ours_b") == \
+        "# settled, ours_b: 2 of 2 cells at >= 1.05x cuDNN; lowest 1.100 (64:1:32:512)"
+
+
+def test_sustained_ab_rounds_reverse_the_order(tmp_path):
+    """--ab times the second build as a third contender, and every other
+    round of --rounds reverses the contenders' order."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\nexec sleep 30\n")  # samples nothing until it is stopped
+    smi.chmod(0o755)
+    out, calls = run(tmp_path, "gpu_sustained", "--cells", "64:1:32:512,128:0:1:16384", "--ab", "b.so",
+                     "--rounds", "2", "--seconds", "0.01", "--gap-s", "0", path_first=smi.parent)
+    forward = ["ours", "ours_b", "cudnn"]
+    # round 2's first cuDNN window follows round 1's last, so runs() merges them
+    assert runs(calls) == runs(forward * 2 + forward[::-1] * 2)
+    assert "# settled, ours: " in out and "# settled, ours_b: " in out and "of 2 cells" in out

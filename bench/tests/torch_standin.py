@@ -5,7 +5,10 @@ CUDA events read the host clock. What it checks is the scripts' own logic
 (arguments, the passes and their orders, the tables, the JSON), not any
 figure.
 
-    python3 bench/tests/torch_standin.py gpu_vs_torch|gpu_fp8 [script arguments]
+    python3 bench/tests/torch_standin.py gpu_vs_torch|gpu_fp8|gpu_sustained [script arguments]
+
+(gpu_sustained also runs nvidia-smi: the checks put a stand-in for it first
+on the PATH.)
 """
 import contextlib
 import os
@@ -93,16 +96,18 @@ def install():
 
 
 class Library:
-    """Stands in for gpu_vs_torch.FlashAttn (the library through ctypes)."""
+    """Stands in for gpu_vs_torch.FlashAttn (the library through ctypes). Its
+    forward calls are named "ours", or "ours_b" for a library file named
+    b.so (gpu_sustained --ab)."""
 
     def __init__(self, path, backend):
-        pass
+        self.name = "ours_b" if os.path.basename(path) == "b.so" else "ours"
 
     def use_current_stream(self):
         pass
 
     def fwd(self, *a):
-        return call("ours")
+        return call(self.name)
 
     def bwd(self, *a):
         return call("ours_bwd")
@@ -119,6 +124,9 @@ def main():
         import gpu_fp8
         gpu_fp8.FlashAttn = Library
         module = gpu_fp8
+    elif script == "gpu_sustained":
+        import gpu_sustained  # reaches the library through gpu_vs_torch.FlashAttn
+        module = gpu_sustained
     module.main()
     if os.environ.get("STANDIN_CALLS"):  # the order of the calls, for the checks
         with open(os.environ["STANDIN_CALLS"], "w") as f:
