@@ -24,7 +24,7 @@ before, as in the grid).
 and --rounds N times every cell N times, the contenders' order reversed every
 other round: a settled A/B of two builds beside cuDNN. Where the grid's short
 timings move by several percent from run to run, the settled figures of one
-build agree within 1-3% across cards (docs/perf/sm90.md, item 151).
+build agree within 1-4% across cards (docs/perf/sm90.md, item 151).
 
 --grid times the whole standard grid of bench/gpu_vs_torch.py (36 cells,
 about 2.5 minutes) instead of --cells. A cell's settled ratio, ours over
