@@ -154,11 +154,11 @@ def main():
         for r, cell in ((r, c) for r in range(args.rounds) for c in cells):
             D, causal, B, S = (int(x) for x in cell.split(":"))
             H = 2048 // D
-            ours, cudnn = g.fwd_against_cudnn(lib, B, S, H, D, bool(causal))
-            fns = [("ours", ours)]
-            if lib_b:  # its own problem of the same shape (fresh inputs, as each build gets in gpu_lib_ab.py)
-                fns.append(("ours_b", g.fwd_against_cudnn(lib_b, B, S, H, D, bool(causal))[0]))
-            fns.append(("cudnn", cudnn))
+            problem = g.fwd_problem(B, S, H, D)  # every contender runs the same inputs
+            fns = [("ours", g.ours_fwd(lib, problem, bool(causal)))]
+            if lib_b:
+                fns.append(("ours_b", g.ours_fwd(lib_b, problem, bool(causal))))
+            fns.append(("cudnn", g.cudnn_fwd(problem, bool(causal))))
             flops = g.flops_fwd(B, H, S, D, bool(causal))
             for name, fn in fns if r % 2 == 0 else fns[::-1]:
                 for _ in range(3):
@@ -174,7 +174,7 @@ def main():
                 windows.append((cell, name, t0, datetime.datetime.now(), flops / times[0] / 1e9,
                                 flops / statistics.median(times[len(times) // 3:]) / 1e9,
                                 [(a, flops / b / 1e9) for a, b in zip(starts, times)]))
-            del ours, cudnn, fn, fns  # the problems' tensors, held by the callables
+            del problem, fn, fns  # the problem's tensors, held by the callables too
             torch.cuda.empty_cache()
     finally:
         time.sleep(0.1)

@@ -166,24 +166,38 @@ def settle(fn, ms):
     torch.cuda.synchronize()
 
 
-def fwd_against_cudnn(lib, B, S, H, D, causal):
-    """Our forward and torch's CUDNN_ATTENTION forward of one fresh bf16
-    problem (B, S, H, D), as two callables on torch's current stream."""
+def fwd_problem(B, S, H, D):
+    """A fresh bf16 forward problem (B, S, H, D): q, k, v, out and lse."""
     dev = torch.device("cuda")
     q, k, v = (torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
-    out = torch.empty_like(q)
-    lse = torch.empty(B, H, S, device=dev, dtype=torch.float32)
-    lib.use_current_stream()
-    fwd = lib.fwd(q, k, v, causal, out, lse)
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    return q, k, v, torch.empty_like(q), torch.empty(B, H, S, device=dev, dtype=torch.float32)
 
-    def ours(tensors=(q, k, v, out, lse)):  # holds the memory fwd's views point into
+
+def ours_fwd(lib, problem, causal):
+    """Our forward of a fwd_problem, as a callable on torch's current stream."""
+    lib.use_current_stream()
+    fwd = lib.fwd(*problem[:3], causal, *problem[3:])
+
+    def ours(tensors=problem):  # holds the memory fwd's views point into
         fwd()
+    return ours
+
+
+def cudnn_fwd(problem, causal):
+    """torch's CUDNN_ATTENTION forward of a fwd_problem, as a callable."""
+    qt, kt, vt = (x.transpose(1, 2) for x in problem[:3])
 
     def cudnn():
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-    return ours, cudnn
+    return cudnn
+
+
+def fwd_against_cudnn(lib, B, S, H, D, causal):
+    """Our forward and torch's CUDNN_ATTENTION forward of one fresh bf16
+    problem (B, S, H, D), as two callables on torch's current stream."""
+    problem = fwd_problem(B, S, H, D)
+    return ours_fwd(lib, problem, causal), cudnn_fwd(problem, causal)
 
 
 def flops_fwd(B, H, S, D, causal):
