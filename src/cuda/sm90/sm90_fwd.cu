@@ -627,10 +627,19 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     return FA_OK;
 }
 
+/* Tiles of at most this many kv blocks take the joined instance (Sm90Joined):
+ * at 4 (512 keys, head dim 128) it measured +3.8% and +4.6% on two H100s;
+ * at 8 0.990-0.999 and at 16 0.977, its steady loop being scheduled apart
+ * from the plain instance's (docs/perf/sm90.md, item 152). */
+enum { SM90_JOIN_MAX_BLOCKS = 4 };
+
 /* Cfg's kernel, or its instance that splits short last tiles where the
  * plan in k has them (sm90_short_split_plan), or its instance with the
  * rows shifted where it has one and k shifts them (Sm90RowShift), or its
- * softcap instance where it has one and the problem has a softcap, or its instance without
+ * softcap instance where it has one and the problem has a softcap, or its
+ * joined instance without the steady loop's masks where it has one and the
+ * problem has no causal mask or window and short tiles (Sm90Joined,
+ * SM90_JOIN_MAX_BLOCKS), or its instance without
  * the steady loop's masks where it has one and the problem needs none (the
  * only instance of a split-tail kernel with SPLIT_UNMASKED_ONLY), or its
  * varlen instance (with the softcap, where Cfg has a softcap instance and
@@ -655,6 +664,10 @@ static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const 
             if (k.row_shift) return sm90_launch_instance<Sm90RowShift<Cfg>>(p, k, x);
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
             if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
+        if constexpr (Cfg::HAS_JOINED)
+            if (!p->has_mask && (p->Sk + Cfg::BN - 1) / Cfg::BN <= SM90_JOIN_MAX_BLOCKS &&
+                fa_only_top_block_masked(p, sm90_mask_rows<Cfg>(), Cfg::BN))
+                return sm90_launch_instance<Sm90SteadyUnmasked<Sm90Joined<Cfg>>>(p, k, x);
         if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
             if (fa_only_top_block_masked(p, sm90_mask_rows<Cfg>(), Cfg::BN))
                 return sm90_launch_instance<Sm90SteadyUnmasked<Cfg>>(p, k, x);

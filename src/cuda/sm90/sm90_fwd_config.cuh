@@ -301,6 +301,31 @@ struct Sm90FwdConfig {
      * three-consumer kernels measured 0.7% slower with it
      * (docs/perf/sm90.md, item 93). */
     static constexpr bool STORE_THREAD = CONSUMERS == 2 && !SPLIT_TAIL && !O_IN_RING;
+    /* The S-first tile join, in an instance of its own (Sm90Joined<Cfg>;
+     * HAS_JOINED: this config has one; S_JOIN: this instance joins). The
+     * turn that issues a tile's last P V first issues the next tile's first
+     * S = Q K^T (its Q is in the other buffer); the rows' sums and lse run
+     * while both are on the tensor cores, the next tile's first softmax
+     * while that P V is, and the finished tile's epilogue after it. A tile
+     * boundary then takes no turn of its own and its first softmax does not
+     * wait alone behind its S. Unlike JOIN (the S behind the P V, the
+     * epilogue before the softmax: -4..-7% with two consumers,
+     * docs/perf/sm90.md, items 17 and 57) the consumer's next wait is for
+     * the S. The 16-bit head-dim-128 kernel, for problems with no causal
+     * mask, window, softcap or varlen and tiles of up to
+     * SM90_JOIN_MAX_BLOCKS kv blocks (with Q_OWN_THREAD): +3.8..+4.6% at
+     * 512 keys; 1-2% slower at 1k-2k, where its steady loop (scheduled by
+     * ptxas apart from the plain instance's) counts for more, and 1% at
+     * causal 512, so those keep the plain instance (item 152). */
+    static constexpr bool HAS_JOINED = D == 128 && !FP8 && P_BUFS == 2 && !SPLIT_TAIL_;
+    static constexpr bool S_JOIN = false;
+    /* Q loaded by a producer thread of its own (lane 0 of warp 3 of the
+     * producer warpgroup) as soon as its buffer is free: with two Q buffers
+     * a whole tile ahead, where the Q/K thread issues it after the tile's
+     * last K, about two kv blocks ahead of its use. The joined S wants it a
+     * softmax and an epilogue earlier still: the join gained 1.6% at 512
+     * keys without it, 3.8% with it (item 152). */
+    static constexpr bool Q_OWN_THREAD = false;
     /* The paired order's balanced tail (sm90_tile_after). Not in e4m3's
      * 128-key kernel (short masked problems), where it measured level
      * (docs/perf/sm90.md, items 66 and 73); the two-consumer head-dim-64
@@ -443,6 +468,14 @@ struct Sm90FwdConfig {
 /* A config whose kernel applies the softcap (see SOFTCAP_OWN_KERNEL). */
 template <class Cfg> struct Sm90Softcap : Cfg {
     static constexpr bool SOFTCAP = true;
+};
+
+/* A config whose kernel joins its tiles' boundaries (see HAS_JOINED). */
+template <class Cfg> struct Sm90Joined : Cfg {
+    static_assert(Cfg::HAS_JOINED && !Cfg::PACKED_ROWS && !Cfg::ROW_SHIFT,
+                  "no joined instance for this config (Q's own loader loads whole Q boxes)");
+    static constexpr bool S_JOIN = true;
+    static constexpr bool Q_OWN_THREAD = true;
 };
 
 /* A config whose steady loop has no mask code (see STEADY_UNMASKED_OWN_KERNEL). */

@@ -17,7 +17,10 @@
  * barrier each, passed round), so one warpgroup's softmax hides under the
  * others' GEMMs. The epilogue stages O in swizzled shared memory and writes it
  * with a TMA store; with JOIN (three consumers) the next tile's first Q K^T is
- * issued in the turn of this tile's last P V, ahead of the epilogue.
+ * issued in the turn of this tile's last P V, ahead of the epilogue; with
+ * S_JOIN (head dim 128, problems without a mask) it is issued first in that
+ * turn, and the next tile's first softmax runs under that P V, ahead of the
+ * epilogue.
  *
  * wgmma m64nN accumulator layout (f32), thread t of the warpgroup, warp
  * w = t/32, g = (t%32)/4, q = t%4: register i holds
@@ -73,6 +76,11 @@ __device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t
  */
 template <class Cfg>
 __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int wg) {
+    static_assert(!Cfg::S_JOIN || (Cfg::Q_BUFS == 2 && !Cfg::JOIN && Cfg::EARLY_FINISH && Cfg::STORE_THREAD &&
+                                   !Cfg::TOP_SKIP && !Cfg::EXP_TURN && !Cfg::LATE_PV_RETIRE && !Cfg::HALF_DIAG &&
+                                   !Cfg::SHORT_SPLIT && !Cfg::PACKED_ROWS),
+                  "the S-first join: two Q buffers, the rows' sums taken before the next tile's first softmax, "
+                  "whose plain path it runs");
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
     uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
@@ -188,6 +196,15 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             named_bar_arrive(next_turn, TURN_THREADS);
         };
         issue_first_s(0, 0, split_now());
+        /* S_JOIN: an empty group stands for the P V that a joined turn issues
+         * behind its S, so that every tile's top waits alike. The tile whose
+         * epilogue is due at the next tile's top (done_stage: its last V
+         * stage, -1: none), and whether the S in flight is a tile's. */
+        if constexpr (Cfg::S_JOIN) wgmma_commit();
+        Sm90Tile done_tile = tile;
+        float done_inv[2] = {0.f, 0.f};
+        int done_stage = -1;
+        bool more = true;
 
         /* Retire the P V issued in the last turn (its V stage: pv_stage);
          * retire_pv_and_pack then packs the newest probabilities into P,
@@ -246,28 +263,51 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
              * earlier turn; nothing to overlap with until the next turn. */
             int n = tile.n_hi - 1 - (split_now() ? wg : 0) - skipped;
             uint32_t stage = it % Cfg::STAGES, parity = (it / Cfg::STAGES) & 1;
-            wgmma_wait<0>();
-            fence_regs<Cfg::BN / 2>(S);
-            sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, split_now(), release);
-            row_max[0] = row_max[1] = -INFINITY;
-            row_sum[0] = row_sum[1] = 0.f;
-            const Sm90ExpPin *first_pin = Cfg::EXP_TURN ? &exp_pin : nullptr;
-            /* HALF_DIAG: no row of this warp sees the block's upper half
-             * (P is packed there), or every row sees its lower half */
-            if (Cfg::HALF_DIAG && rows.cap_pre == 0.f &&
-                __all_sync(0xffffffffu, max(rows.key_hi[0], rows.key_hi[1]) <= n * Cfg::BN + Cfg::BN / 2)) {
-                sm90_first_probs_half<Cfg>(S, P[0], rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
-                                           first_pin);
-            } else if (Cfg::HALF_DIAG && rows.cap_pre == 0.f &&
-                       __all_sync(0xffffffffu, min(rows.key_hi[0], rows.key_hi[1]) >= n * Cfg::BN + Cfg::BN / 2 &&
-                                                   max(rows.key_lo[0], rows.key_lo[1]) <= n * Cfg::BN)) {
-                sm90_first_probs_upper<Cfg>(S, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
-                                            first_pin);
-                if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
+            if constexpr (Cfg::S_JOIN) {
+                /* S_JOIN: the S was issued ahead of the tile before's last
+                 * P V (or with an empty group behind it), which may still run:
+                 * this block's softmax overlaps it, the tile before's
+                 * epilogue follows. Past the CTA's last tile the S is dropped. */
+                wgmma_wait<1>();
+                fence_regs<Cfg::BN / 2>(S);
+                if (more) {
+                    sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
+                    row_max[0] = row_max[1] = -INFINITY;
+                    row_sum[0] = row_sum[1] = 0.f;
+                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp);
+                    pack_p(); /* buffer 0: the last P V reads buffer 1 */
+                }
+                wgmma_wait<0>(); /* the tile before's last P V */
+                fence_regs<Cfg::D / 2>(O);
+                if (done_stage >= 0) {
+                    if (tid == 0) mbar_arrive(&v_empty[done_stage]);
+                    sm90_epilogue<Cfg>(p, done_tile, O, done_inv, o_buf, nullptr, mailbox, o_full, wg, tid);
+                }
+                if (!more) break;
             } else {
-                sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
-                                          first_pin);
-                if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
+                wgmma_wait<0>();
+                fence_regs<Cfg::BN / 2>(S);
+                sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid, split_now(), release);
+                row_max[0] = row_max[1] = -INFINITY;
+                row_sum[0] = row_sum[1] = 0.f;
+                const Sm90ExpPin *first_pin = Cfg::EXP_TURN ? &exp_pin : nullptr;
+                /* HALF_DIAG: no row of this warp sees the block's upper half
+                 * (P is packed there), or every row sees its lower half */
+                if (Cfg::HALF_DIAG && rows.cap_pre == 0.f &&
+                    __all_sync(0xffffffffu, max(rows.key_hi[0], rows.key_hi[1]) <= n * Cfg::BN + Cfg::BN / 2)) {
+                    sm90_first_probs_half<Cfg>(S, P[0], rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
+                                               first_pin);
+                } else if (Cfg::HALF_DIAG && rows.cap_pre == 0.f &&
+                           __all_sync(0xffffffffu, min(rows.key_hi[0], rows.key_hi[1]) >= n * Cfg::BN + Cfg::BN / 2 &&
+                                                       max(rows.key_lo[0], rows.key_lo[1]) <= n * Cfg::BN)) {
+                    sm90_first_probs_upper<Cfg>(S, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
+                                                first_pin);
+                    if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
+                } else {
+                    sm90_scores_to_probs<Cfg>(S, p, rows, n, row_max, row_sum, rescale, quad_col, my_exp, next_exp,
+                                              first_pin);
+                    if (!Cfg::LATE_PV_RETIRE) pack_p(); /* no P V in flight yet */
+                }
             }
             uint32_t prev_stage = stage, prev_parity = parity; /* block n + 1's stage: its P V comes next */
             uint32_t pv_stage = 0;                             /* the V stage of the P V in flight */
@@ -381,11 +421,12 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             if (Cfg::O0_IN_RING && wg == 1) named_bar_arrive(BAR_K_READ, 256);
 
             /* The last P V. With JOIN the next tile's first S joins the
-             * turn (its Q is in the other buffer). After the CTA's last tile that
-             * S runs on stale data and is dropped: the turn is then the same on
-             * every path, as ptxas needs to keep the wgmma pipeline open. */
+             * turn (its Q is in the other buffer), behind it; with S_JOIN ahead
+             * of it. After the CTA's last tile that S runs on stale data and is
+             * dropped: the turn is then the same on every path, as ptxas needs
+             * to keep the wgmma pipeline open. */
             int t_next = p.num_tiles;
-            if constexpr (Cfg::JOIN)
+            if constexpr (Cfg::JOIN || Cfg::S_JOIN)
                 t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
             const uint32_t next_qb = (tile_iter + 1) % Cfg::Q_BUFS;
             const uint32_t next_q_parity = ((tile_iter + 1) / Cfg::Q_BUFS) & 1;
@@ -395,16 +436,27 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             /* the ring position of the next tile's first S (this consumer's) */
             const uint32_t next_it =
                 it + (Cfg::PACKED_ROWS && t_next < p.num_tiles ? sm90_ring_offset<Cfg>(next_tile) : 0);
-            if (Cfg::JOIN && t_next < p.num_tiles) {
+            if ((Cfg::JOIN || Cfg::S_JOIN) && t_next < p.num_tiles) {
                 mbar_wait(&q_full[next_qb], next_q_parity);
                 mbar_wait(&k_full[next_it % Cfg::STAGES], (next_it / Cfg::STAGES) & 1);
             }
+            /* S_JOIN: the last P V reads buffer 1, so that the next tile's
+             * first P can go to buffer 0, where its first steady block reads it */
+            if constexpr (Cfg::S_JOIN)
+                if (!newest_p)
+#pragma unroll
+                    for (int i = 0; i < Cfg::P_REGS; ++i) P[1][i] = P[0][i];
             named_bar_sync(my_turn, TURN_THREADS);
+            /* S_JOIN: the next tile's first S ahead of the last P V, so that
+             * the softmax waits for it alone */
+            if constexpr (Cfg::S_JOIN)
+                sm90_issue_qk<Cfg>(S, q_buffer(next_qb, false),
+                                   k_ring.shifted((next_it % Cfg::STAGES) * Cfg::KV_BYTES));
             if (Cfg::RESCALE_IN_TURN && o_started) sm90_rescale_o<Cfg>(O, rescale, L);
             const auto last_v = v_ring.shifted(prev_stage * Cfg::KV_BYTES);
             /* two P buffers: the newest one by a branch (a copy into buffer 0
              * was a select per register, every tile) */
-            if (Cfg::P_BUFS == 2 && newest_p)
+            if (Cfg::P_BUFS == 2 && (Cfg::S_JOIN || newest_p))
                 sm90_issue_pv<Cfg>(O, P[Cfg::P_BUFS - 1], p_desc, last_v, o_started, L, ones_desc);
             else
                 sm90_issue_pv<Cfg>(O, P[0], p_desc, last_v, o_started, L, ones_desc);
@@ -412,8 +464,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 sm90_issue_qk<Cfg>(S, q_buffer(next_qb, false),
                                    k_ring.shifted((next_it % Cfg::STAGES) * Cfg::KV_BYTES));
             named_bar_arrive(next_turn, TURN_THREADS);
-            /* without JOIN: find the next tile while the last P V runs */
-            if constexpr (!Cfg::JOIN)
+            /* without a join: find the next tile while the last P V runs */
+            if constexpr (!Cfg::JOIN && !Cfg::S_JOIN)
                 t_next = sm90_next_work_tile<Cfg>(p, sm90_tile_after<Cfg>(p, t), wg, tid, &next_tile);
             /* EARLY_FINISH: the epilogue's steps that need no O, while the
              * last P V runs */
@@ -429,6 +481,23 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             /* (a split tile's rows: after the merge) */
             const bool early_finish = Cfg::EARLY_FINISH && !split_now();
             if (early_finish) finish_rows();
+            /* S_JOIN: the finished tile's epilogue runs at the next tile's
+             * top, after that tile's first softmax */
+            if constexpr (Cfg::S_JOIN) {
+                done_tile = tile;
+                done_inv[0] = inv[0];
+                done_inv[1] = inv[1];
+                done_stage = (int)prev_stage;
+                ++tile_iter;
+                tiles_done = tile_iter;
+                more = t_next < p.num_tiles;
+                if (more) {
+                    t = t_next;
+                    tile = next_tile;
+                    rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
+                }
+                continue;
+            }
             wgmma_wait<Cfg::JOIN ? 1 : 0>(); /* P V done (the joined next S may still run) */
             fence_regs<Cfg::D / 2>(O);
             if constexpr (Cfg::LAG_MAX) fence_regs<4>(L);
@@ -526,6 +595,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         /* lane 0 of warps 0 and 1: the Q/K and the V loader */
         if (threadIdx.x == 0) sm90_producer<Cfg, LOAD_Q_K>(p, smem, bars);
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
+        if (Cfg::Q_OWN_THREAD && threadIdx.x == 96) sm90_producer<Cfg, LOAD_Q>(p, smem, bars);
         if (Cfg::STORE_THREAD && threadIdx.x == 64) {
             uint64_t *o_full = bars + 2 * Cfg::Q_BUFS + 4 * Cfg::STAGES;
             sm90_store_thread<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);

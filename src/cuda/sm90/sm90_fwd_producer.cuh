@@ -11,8 +11,9 @@
 /* Two producer threads walk the same tiles and kv blocks: one loads Q and K,
  * the other V. Each waits only on its own ring, so a K load is never queued
  * behind a V load that waits for a P V to finish: K is needed a turn before
- * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). */
-enum { LOAD_Q_K = 0, LOAD_V = 1 };
+ * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). With Q_OWN_THREAD a third
+ * walks the tiles and loads Q alone (LOAD_Q), the first K alone. */
+enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2 };
 
 /* Kv block n's K (ROLE LOAD_Q_K) or V into ring position it, once the
  * consumers have freed that stage: K as SLABS column slabs of BN rows from
@@ -85,8 +86,10 @@ __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
-    if constexpr (ROLE == LOAD_Q_K) {
+    if constexpr (ROLE == LOAD_Q) {
         tma_prefetch_map(&p.tm_q);
+    } else if constexpr (ROLE == LOAD_Q_K) {
+        if (!Cfg::Q_OWN_THREAD) tma_prefetch_map(&p.tm_q);
         tma_prefetch_map(&p.tm_k);
         tma_prefetch_map(&p.tm_o);
     } else {
@@ -107,7 +110,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             const int kv_head = tile.head / p.q_per_kv;
             /* A fresh barrier counts as having completed the phase before phase 0,
              * so the first wait on an "empty" barrier uses parity 1 and passes. */
-            if constexpr (ROLE == LOAD_Q_K) {
+            if constexpr (ROLE == (Cfg::Q_OWN_THREAD ? LOAD_Q : LOAD_Q_K)) { /* Q's loader */
                 const uint32_t qb = tile_iter % Cfg::Q_BUFS;
                 mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
                 mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
@@ -135,9 +138,11 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             /* Varlen: a block straddling the sequence end also loads the next
              * sequence's first keys (or zeros past the tensor); the consumers mask
              * them, and their V rows meet P = 0. Not unrolled: the producer has
-             * only PRODUCER_REGS registers. */
+             * only PRODUCER_REGS registers. Q's own loader takes no block (a
+             * loop that never runs: wrapped in a branch of its own, it moved
+             * two instructions in other kernels' producers). */
 #pragma unroll 1
-            for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++it)
+            for (int n = ROLE == LOAD_Q ? tile.n_lo - 1 : tile.n_hi - 1; n >= tile.n_lo; --n, ++it)
                 sm90_load_kv_block<Cfg, ROLE>(p, smem, bars, it, n, tile.seq.k_row0, kv_head, tile.seq.map_b);
             ++tile_iter;
         }
