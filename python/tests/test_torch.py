@@ -227,6 +227,26 @@ def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
 
 
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
+@pytest.mark.parametrize("sq,sk", [(512, 512), (384, 400), (128, 128), (200, 130)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_joined_tile_boundaries(sq, sk, dtype):
+    """About 3.5 tiles of 128 queries per SM at head dim 128 over at most 512
+    keys, without a mask: on Hopper each CTA runs several tiles, and its
+    kernel joins the boundary between two (the next tile's first Q K^T and
+    softmax under the last P V of the one before, whose output is written
+    after). Tiles of 1-4 kv blocks, even and odd counts (which P buffer the
+    last P V reads), and a partial top block at 400 and 130 keys."""
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    heads = -(-sms * 7 // 2 // -(-sq // 128))  # ceil(3.5 sms / tiles per head)
+    q, k, v = make_qkv("cuda", dtype, B=1, sq=sq, sk=sk, hq=heads, hk=heads, d=128)
+    out, lse, _ = fa.flash_attn_func(q, k, v, return_attn_probs=True)
+    ref = sdpa(q.double(), k.double(), v.double())
+    check(out, ref, sdpa(q, k, v, naive=True), dtype, 2.0)
+    s = q.double().transpose(1, 2) @ k.double().transpose(1, 2).transpose(-1, -2) / 128**0.5
+    torch.testing.assert_close(lse.double(), torch.logsumexp(s, dim=-1), rtol=0, atol=1e-3)
+
+
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
 def test_cuda_chained_calls():
     """Calls queued back to back on one stream, each reading what the one
     before wrote: a forward's q is the last forward's output, a backward's

@@ -313,7 +313,7 @@ struct Sm90FwdConfig {
      * docs/perf/sm90.md, items 17 and 57) the consumer's next wait is for
      * the S. The 16-bit head-dim-128 kernel, for problems with no causal
      * mask, window, softcap or varlen and tiles of up to
-     * SM90_JOIN_MAX_BLOCKS kv blocks (with Q_OWN_THREAD): +3.8..+4.6% at
+     * SM90_JOIN_MAX_BLOCKS kv blocks (with Q_OWN_THREAD): +3.6..+5.3% at
      * 512 keys; 1-2% slower at 1k-2k, where its steady loop (scheduled by
      * ptxas apart from the plain instance's) counts for more, and 1% at
      * causal 512, so those keep the plain instance (item 152). */
