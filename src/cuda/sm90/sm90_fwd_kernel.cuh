@@ -18,9 +18,9 @@
  * others' GEMMs. The epilogue stages O in swizzled shared memory and writes it
  * with a TMA store; with JOIN (three consumers) the next tile's first Q K^T is
  * issued in the turn of this tile's last P V, ahead of the epilogue; with
- * S_JOIN (head dim 128, problems without a mask) it is issued first in that
- * turn, and the next tile's first softmax runs under that P V, ahead of the
- * epilogue.
+ * S_JOIN (head dim 128, short problems without a mask) it is issued first in
+ * that turn, and the next tile's first softmax runs under that P V, ahead of
+ * the epilogue.
  *
  * wgmma m64nN accumulator layout (f32), thread t of the warpgroup, warp
  * w = t/32, g = (t%32)/4, q = t%4: register i holds
