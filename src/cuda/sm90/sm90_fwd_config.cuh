@@ -314,8 +314,7 @@ struct Sm90FwdConfig {
      * the S. The 16-bit head-dim-128 kernel, for problems with no causal
      * mask, window, softcap or varlen and tiles of up to
      * SM90_JOIN_MAX_BLOCKS kv blocks (with Q_OWN_THREAD): +3.6..+5.3% at
-     * 512 keys; 1-2% slower at 1k-2k, where its steady loop (scheduled by
-     * ptxas apart from the plain instance's) counts for more, and 1% at
+     * 512 keys; 1-2% slower at 1k-2k (why is not established) and 1% at
      * causal 512, so those keep the plain instance (item 152). */
     static constexpr bool HAS_JOINED = D == 128 && !FP8 && P_BUFS == 2 && !SPLIT_TAIL_;
     static constexpr bool S_JOIN = false;
