@@ -80,11 +80,14 @@ static sm90_variant sm90_pick(const fa_problem *p) {
  * (SOFTCAP_OWN_KERNEL), so problems with a softcap are not packed. */
 enum { SM90_PACK_MIN_SAVED_PCT = 5, SM90_SPLIT_MIN_SAVED = 12 /* see sm90_split_plan */ };
 
+/* Kv blocks of bn keys over a row of all Sk keys (a non-causal tile's). */
+static int64_t sm90_key_blocks(const fa_problem *p, int bn) { return (p->Sk + bn - 1) / bn; }
+
 static int sm90_packed_rows(const fa_problem *p) {
     const sm90_variant v = sm90_pick(p);
     if ((v != SM90_D64_M192 && v != SM90_F8_M192) || p->has_mask || p->cu_seqlens_q) return 0;
     constexpr int f8_bn = Sm90CfgF8M192<false>::BN; /* keys a kv block of the e4m3 kernel */
-    if (v == SM90_F8_M192 && (p->softcap > 0.f || (p->Sk + f8_bn - 1) / f8_bn >= 2 * SM90_SPLIT_MIN_SAVED)) return 0;
+    if (v == SM90_F8_M192 && (p->softcap > 0.f || sm90_key_blocks(p, f8_bn) >= 2 * SM90_SPLIT_MIN_SAVED)) return 0;
     const int64_t groups_per_head = (p->Sq + 63) / 64, tiles_per_head = (p->Sq + 191) / 192;
     if (p->Sq <= 64 || groups_per_head * 100 > 3 * tiles_per_head * (100 - SM90_PACK_MIN_SAVED_PCT)) return 0;
     return groups_per_head * p->Hq * p->B < ((int64_t)1 << 31) - 3;
@@ -309,7 +312,7 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     if (shape.split_unmasked_only && (k.softcap_pre != 0.f || !sm90_only_last_block_masked(p))) return s;
     const int tail = k.num_tiles % grid;
     if (k.num_tiles <= grid || tail == 0) return s;
-    const int64_t blocks = (p->Sk + shape.bn - 1) / shape.bn;
+    const int64_t blocks = sm90_key_blocks(p, shape.bn);
     const int64_t work = (int64_t)tail * blocks;
     if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
     const int consumers = shape.bm / 64;
@@ -664,7 +667,7 @@ static fa_status sm90_launch(const fa_problem *p, const Sm90FwdParams &k, const 
         if constexpr (Cfg::SOFTCAP_OWN_KERNEL)
             if (k.softcap_pre != 0.f) return sm90_launch_instance<Sm90Softcap<Cfg>>(p, k, x);
         if constexpr (Cfg::HAS_JOINED)
-            if (!p->has_mask && (p->Sk + Cfg::BN - 1) / Cfg::BN <= SM90_JOIN_MAX_BLOCKS &&
+            if (!p->has_mask && sm90_key_blocks(p, Cfg::BN) <= SM90_JOIN_MAX_BLOCKS &&
                 fa_only_top_block_masked(p, sm90_mask_rows<Cfg>(), Cfg::BN))
                 return sm90_launch_instance<Sm90SteadyUnmasked<Sm90Joined<Cfg>>>(p, k, x);
         if constexpr (Cfg::STEADY_UNMASKED_OWN_KERNEL)
@@ -695,7 +698,7 @@ template <bool BF16>
 static fa_status sm90_launch_d256(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
     if (k.tail_first < k.num_tiles) return sm90_launch<Sm90CfgD256<BF16, true>>(p, k, x);
     using Unskipped = Sm90CfgD256<BF16, false, false>;
-    if (!p->has_mask && !p->cu_seqlens_q && (p->Sk + Unskipped::BN - 1) / Unskipped::BN > SM90_D256_OWN_O0_MAX_BLOCKS)
+    if (!p->has_mask && !p->cu_seqlens_q && sm90_key_blocks(p, Unskipped::BN) > SM90_D256_OWN_O0_MAX_BLOCKS)
         return sm90_launch_instance<Sm90SteadyUnmasked<Unskipped>>(p, k, x);
     return sm90_launch<Sm90CfgD256<BF16, false>>(p, k, x);
 }
