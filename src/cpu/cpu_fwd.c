@@ -312,6 +312,25 @@ static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split, f
     }
 }
 
+/* The scores of keys j0 .. j0 + nj in w->s (one column a row of the block) to
+ * probabilities: the score options, the mask where some row's key range cuts
+ * the tile, the online softmax (q->alpha: each row's rescale of O) and
+ * dropout. */
+static void scores_to_probs(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t b, int64_t j0, int64_t nj) {
+    const fa_problem *p = job->p;
+    const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), ncols = q->ncols;
+    float c = cpu_score_options(p, b, sq, sk, j0, nj, ncols, q->nrows, q->head, q->row, w->s, NULL);
+    int full = q->lo_max <= j0 && q->hi_min >= j0 + nj;
+    if (!full)
+        for (int64_t col = 0; col < ncols; ++col) {
+            int64_t lo = q->lo[col] - j0, hi = q->hi[col] - j0;
+            w->lo_rel[col] = (int32_t)(lo < 0 ? 0 : lo > nj ? nj : lo);
+            w->hi_rel[col] = (int32_t)(hi < 0 ? 0 : hi > nj ? nj : hi);
+        }
+    job->kr->softmax_tile(nj, ncols, w->s, ncols, c, full ? NULL : w->lo_rel, w->hi_rel, q->m, q->l, q->alpha);
+    if (p->dropout_p > 0.0f) cpu_apply_dropout(p, b, j0, nj, ncols, q->nrows, q->head, q->row, w->s);
+}
+
 /*
  * Blocks of at most CPU_FEW_ROWS rows (decode) would leave most SIMD lanes of
  * the transposed layout empty. They keep rows in registers instead and the
@@ -334,7 +353,7 @@ static void pack_q_rows(const fwd_job *job, q_block *q, int64_t b) {
 static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t b, int64_t j0, int64_t nj,
                             const tile_prefetch *pf) {
     const fa_problem *p = job->p;
-    const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), ncols = q->ncols, R = q->nrows;
+    const int64_t ncols = q->ncols, R = q->nrows;
     const int64_t dvpad = cpu_round_up(p->Dv, CPU_LANES);
     for (int64_t jc = 0; jc < nj; jc += ROWS_CHUNK) { /* the next tile's K rows ride along */
         int64_t n = nj - jc < ROWS_CHUNK ? nj - jc : ROWS_CHUNK;
@@ -344,16 +363,7 @@ static void block_step_rows(const fwd_job *job, fwd_scratch *w, q_block *q, int6
             job->kr->rowdot((int)R, n, p->D, q->qt, p->D, (const float *)w->ka + jc * w->ka_rs, w->ka_rs, w->s + jc * ncols, ncols);
         prefetch_rows(job, pf, jc, jc + ROWS_CHUNK, 1, 0);
     }
-    float c = cpu_score_options(p, b, sq, sk, j0, nj, ncols, R, q->head, q->row, w->s, NULL);
-    int full = q->lo_max <= j0 && q->hi_min >= j0 + nj;
-    if (!full)
-        for (int64_t col = 0; col < ncols; ++col) {
-            int64_t lo = q->lo[col] - j0, hi = q->hi[col] - j0;
-            w->lo_rel[col] = (int32_t)(lo < 0 ? 0 : lo > nj ? nj : lo);
-            w->hi_rel[col] = (int32_t)(hi < 0 ? 0 : hi > nj ? nj : hi);
-        }
-    job->kr->softmax_tile(nj, ncols, w->s, ncols, c, full ? NULL : w->lo_rel, w->hi_rel, q->m, q->l, q->alpha);
-    if (p->dropout_p > 0.0f) cpu_apply_dropout(p, b, j0, nj, ncols, R, q->head, q->row, w->s);
+    scores_to_probs(job, w, q, b, j0, nj);
     for (int64_t r = 0; r < R; ++r) { /* rescale each row of O to its new running max */
         float *o = q->ot + r * dvpad, a = q->alpha[r];
         for (int64_t d = 0; d < dvpad; ++d) o[d] *= a;
@@ -417,23 +427,11 @@ static void start_block(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t 
 
 /* One key tile for one block: scores, online softmax, accumulator update. */
 static void block_step(const fwd_job *job, fwd_scratch *w, q_block *q, int64_t b, int64_t j0, int64_t nj) {
-    const fa_problem *p = job->p;
-    const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b), ncols = q->ncols;
     /* Keys past the block's last visible one (the causal diagonal's tile) are
      * left out, rounded up to whole micro-tile rows; the mask covers the rest. */
     if (q->kmax - j0 < nj) nj = cpu_round_up(q->kmax - j0, CPU_MR) < nj ? cpu_round_up(q->kmax - j0, CPU_MR) : nj;
     tile_scores(job, w, q, nj);
-    float c = cpu_score_options(p, b, sq, sk, j0, nj, ncols, q->nrows, q->head, q->row, w->s, NULL);
-    /* Masks only where some row's range cuts this tile. */
-    int full = q->lo_max <= j0 && q->hi_min >= j0 + nj;
-    if (!full)
-        for (int64_t col = 0; col < ncols; ++col) {
-            int64_t lo = q->lo[col] - j0, hi = q->hi[col] - j0;
-            w->lo_rel[col] = (int32_t)(lo < 0 ? 0 : lo > nj ? nj : lo);
-            w->hi_rel[col] = (int32_t)(hi < 0 ? 0 : hi > nj ? nj : hi);
-        }
-    job->kr->softmax_tile(nj, ncols, w->s, ncols, c, full ? NULL : w->lo_rel, w->hi_rel, q->m, q->l, q->alpha);
-    if (p->dropout_p > 0.0f) cpu_apply_dropout(p, b, j0, nj, ncols, q->nrows, q->head, q->row, w->s);
+    scores_to_probs(job, w, q, b, j0, nj);
     tile_update(job, w, q, nj); /* also rescales O^T by alpha, the running max's move */
 }
 
