@@ -73,7 +73,8 @@ def check(got, ref, naive, dtype, mult):
 
 def lse_ref(q, k, causal=False):
     """float64 logsumexp of each query row's visible scores, (B, H, Sq), for
-    (B, S, H, D) inputs with as many kv heads as query heads."""
+    (B, S, H, D) inputs, GQA by repeating kv heads."""
+    k = k.repeat_interleave(q.shape[2] // k.shape[2], 2)
     s = q.double().transpose(1, 2) @ k.double().transpose(1, 2).transpose(-1, -2) / q.shape[-1]**0.5
     mask = torch.from_numpy(R.visible(q.shape[1], k.shape[1], causal, (-1, -1))).to(q.device)
     return torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1)
@@ -234,16 +235,20 @@ def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
 @pytest.mark.parametrize("sq,sk", [(512, 512), (384, 400), (128, 128), (200, 130)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_cuda_joined_tile_boundaries(sq, sk, dtype):
+@pytest.mark.parametrize("batch,group", [(1, 1), (3, 4)], ids=["mha", "gqa"])
+def test_cuda_joined_tile_boundaries(sq, sk, dtype, batch, group):
     """About 3.5 tiles of 128 queries per SM at head dim 128 over at most 512
     keys, without a mask: on Hopper each CTA runs several tiles, and its
     kernel joins the boundary between two (the next tile's first Q K^T and
     softmax under the last P V of the one before, whose output is written
     after). Tiles of 1-4 kv blocks, even and odd counts (which P buffer the
-    last P V reads), and a partial top block at 400 and 130 keys."""
+    last P V reads), and a partial top block at 400 and 130 keys; consecutive
+    tiles of one CTA in other heads, and with GQA and batches in other kv
+    heads and sequences (the joined Q K^T reads the next tile's K)."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    heads = -(-sms * 7 // 2 // -(-sq // 128))  # ceil(3.5 sms / tiles per head)
-    q, k, v = make_qkv("cuda", dtype, B=1, sq=sq, sk=sk, hq=heads, hk=heads, d=128)
+    per_head = batch * -(-sq // 128)  # tiles a query head holds over the batch
+    heads = -(-sms * 7 // 2 // per_head // group) * group  # ceil(3.5 sms / per_head), whole groups
+    q, k, v = make_qkv("cuda", dtype, B=batch, sq=sq, sk=sk, hq=heads, hk=heads // group, d=128)
     out, lse, _ = fa.flash_attn_func(q, k, v, return_attn_probs=True)
     ref = sdpa(q.double(), k.double(), v.double())
     check(out, ref, sdpa(q, k, v, naive=True), dtype, 2.0)
