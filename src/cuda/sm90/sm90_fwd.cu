@@ -632,7 +632,8 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
 
 /* Tiles of at most this many kv blocks take the joined instance (Sm90Joined):
  * at 4 (512 keys, head dim 128) it measured +3.6..+5.3% on four H100s; at
- * 8 0.990-0.999 and at 16 0.977 (docs/perf/sm90.md, item 152). */
+ * 8 0.990-1.007, at 16 0.977-0.999 and at 32 0.989 (docs/perf/sm90.md,
+ * items 152 and 153). */
 enum { SM90_JOIN_MAX_BLOCKS = 4 };
 
 /* Cfg's kernel, or its instance that splits short last tiles where the

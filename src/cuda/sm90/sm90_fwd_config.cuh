@@ -314,8 +314,9 @@ struct Sm90FwdConfig {
      * the S. The 16-bit head-dim-128 kernel, for problems with no causal
      * mask, window, softcap or varlen and tiles of up to
      * SM90_JOIN_MAX_BLOCKS kv blocks (with Q_OWN_THREAD): +3.6..+5.3% at
-     * 512 keys; 1-2% slower at 1k-2k (why is not established) and 1% at
-     * causal 512, so those keep the plain instance (item 152). */
+     * 512 keys; at 1k-2k -1..+0.7%, 1.1-1.6% slower at 32 blocks a tile
+     * (why is not established) and 1% slower at causal 512, so those keep
+     * the plain instance (items 152, 153). */
     static constexpr bool HAS_JOINED = D == 128 && !FP8 && P_BUFS == 2 && !SPLIT_TAIL_;
     static constexpr bool S_JOIN = false;
     /* Q loaded by a producer thread of its own (lane 0 of warp 3 of the
