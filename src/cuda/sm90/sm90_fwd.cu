@@ -110,6 +110,7 @@ struct Sm90Shape {
     int short_split;         /* it has an instance that splits short last tiles (Sm90ShortSplit) */
     int row_shift;           /* it can move a head's short tile first (ROW_SHIFT) */
     int steady_unmasked;     /* it has an instance without the steady loop's masks (STEADY_UNMASKED_OWN_KERNEL) */
+    int q_box_rows;          /* rows of its Q loads' box (Q_BOX_ROWS: 64 where each consumer's rows load alone) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
@@ -123,7 +124,8 @@ template <class Cfg> static Sm90Shape sm90_shape_of() {
                      sm90_split_slot_f4s<Cfg>(),
                      Cfg::HAS_SHORT_SPLIT,
                      Cfg::ROW_SHIFT || Cfg::ROW_SHIFT_OWN_KERNEL,
-                     Cfg::STEADY_UNMASKED_OWN_KERNEL};
+                     Cfg::STEADY_UNMASKED_OWN_KERNEL,
+                     Cfg::Q_BOX_ROWS};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -183,7 +185,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     const int row_shift = sm90_row_shift(p, shape);
     /* packed or shifted rows: Q comes in a 64-row box per consumer */
     if (!sm90_make_map(encode ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, D,
-                       packed || row_shift ? 64 : shape.bm, shape.qk_box))
+                       packed || row_shift ? 64 : shape.q_box_rows, shape.qk_box))
         return 0;
     if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
         return 0;

@@ -120,14 +120,14 @@ struct Sm90FwdParams {
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
  * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
  * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), the block
- * of ones the row sums are taken with (LAG_MAX), one
- * q_full/q_empty pair per Q buffer, four barriers per ring stage and an
- * o_full/o_empty pair per mailbox, and 1 KB to align the base to the
- * swizzle atom. */
+ * of ones the row sums are taken with (LAG_MAX), q_bars
+ * q_full/q_empty pairs per Q buffer (Q_HALVES: one a consumer), four
+ * barriers per ring stage and an o_full/o_empty pair per mailbox, and 1 KB
+ * to align the base to the swizzle atom. */
 constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
-                                  int mailboxes = 0, int ones_bytes = 0) {
+                                  int mailboxes = 0, int ones_bytes = 0, int q_bars = 1) {
     return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + 16 * mailboxes + ones_bytes +
-           (2 * q_bufs + 4 * stages + 2 * mailboxes) * 8 + 1024;
+           (2 * q_bufs * q_bars + 4 * stages + 2 * mailboxes) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
@@ -227,6 +227,17 @@ struct Sm90FwdConfig {
     static constexpr int Q_BUFS =
         sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES) <= 227 * 1024 ? 2 : 1;
     static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
+    /* Q_HALVES: each consumer's 64 rows of Q are loaded, waited for and
+     * freed on barriers of their own. With one Q buffer (head dim 256) the
+     * next tile's Q can only load once this tile's last block has read it;
+     * in halves, a consumer's rows go out once its own last block is done,
+     * and its first S waits for half the bytes. +0.8..+1.6% at non-causal
+     * 1k-2k, level at 512 and causal (two H100s, docs/perf/sm90.md, item
+     * 154). Q_BARS: q_full/q_empty pairs, one a Q buffer or one a buffer
+     * and consumer. */
+    static constexpr bool Q_HALVES = D == 256 && !FP8 && Q_BUFS == 1 && CONSUMERS == 2;
+    static constexpr int Q_BARS = Q_BUFS * (Q_HALVES ? CONSUMERS : 1);
+    static constexpr int Q_BOX_ROWS = Q_HALVES ? 64 : BM; /* rows of a Q load's box (the host's map) */
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
      * is issued and before its P V (the FMULs then run under Q K^T), or right
      * after the softmax. e4m3's Q K^T is too short to cover them (item 18). */
@@ -442,11 +453,11 @@ struct Sm90FwdConfig {
     static constexpr int PIN_BYTES = EXP_TURN ? CONSUMERS * 128 * 4 + 16 : 0;
     static constexpr int OFF_PIN = OFF_ONES + ONES_BYTES;
     static constexpr int OFF_BAR = OFF_PIN + PIN_BYTES;
-    /* q_full[], q_empty[], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
-    static constexpr int NUM_BARS = 2 * Q_BUFS + 4 * STAGES + 2 * MAILBOXES;
+    /* q_full[Q_BARS], q_empty[Q_BARS], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
+    static constexpr int NUM_BARS = 2 * Q_BARS + 4 * STAGES + 2 * MAILBOXES;
     static constexpr int SMEM_BYTES =
         sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES,
-                            ONES_BYTES + PIN_BYTES);
+                            ONES_BYTES + PIN_BYTES, Q_BARS / Q_BUFS);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 

@@ -67,6 +67,12 @@ __device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t
     return p.num_tiles;
 }
 
+/* The q_full / q_empty barrier of Q buffer qb that consumer wg waits on and
+ * frees: the buffer's, or with Q_HALVES its own rows'. */
+template <class Cfg> __device__ __forceinline__ uint32_t sm90_q_bar(uint32_t qb, int wg) {
+    return Cfg::Q_HALVES ? qb * Cfg::CONSUMERS + wg : qb;
+}
+
 /*
  * A consumer warpgroup walks its CTA's tiles as one stream of kv blocks. Per
  * block it takes one turn at the tensor cores: S of this block and P V of the
@@ -81,8 +87,10 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                                    !Cfg::SHORT_SPLIT && !Cfg::PACKED_ROWS),
                   "the S-first join: two Q buffers, the rows' sums taken before the next tile's first softmax, "
                   "whose plain path it runs");
-    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
-    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
+    static_assert(!Cfg::Q_HALVES || (!Cfg::SHORT_SPLIT && !Cfg::PACKED_ROWS && !Cfg::ROW_SHIFT),
+                  "Q in halves: each consumer reads its own 64 rows of the buffer");
+    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BARS;
+    uint64_t *k_full = bars + 2 * Cfg::Q_BARS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     const int tid = threadIdx.x % 128;
     const int quad_col = 2 * (tid % 4);
@@ -189,7 +197,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     }
                     named_bar_arrive(next_turn, TURN_THREADS);
                 }
-            mbar_wait(&q_full[qb], q_parity);
+            mbar_wait(&q_full[sm90_q_bar<Cfg>(qb, wg)], q_parity);
             mbar_wait(&k_full[pos % Cfg::STAGES], (pos / Cfg::STAGES) & 1);
             named_bar_sync(my_turn, TURN_THREADS);
             sm90_issue_qk<Cfg>(S, q_buffer(qb, split_tile), k_ring.shifted((pos % Cfg::STAGES) * Cfg::KV_BYTES));
@@ -416,7 +424,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
             /* Q's last reader, the tile's last S GEMM, has completed: free Q for
              * a later tile's load while this P V and the epilogue run. */
-            if (tid == 0) mbar_arrive(&q_empty[qb]);
+            if (tid == 0) mbar_arrive(&q_empty[sm90_q_bar<Cfg>(qb, wg)]);
             /* O_IN_RING: consumer 0 may now stage its O in the last K stage */
             if (Cfg::O0_IN_RING && wg == 1) named_bar_arrive(BAR_K_READ, 256);
 
@@ -437,7 +445,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             const uint32_t next_it =
                 it + (Cfg::PACKED_ROWS && t_next < p.num_tiles ? sm90_ring_offset<Cfg>(next_tile) : 0);
             if ((Cfg::JOIN || Cfg::S_JOIN) && t_next < p.num_tiles) {
-                mbar_wait(&q_full[next_qb], next_q_parity);
+                mbar_wait(&q_full[sm90_q_bar<Cfg>(next_qb, wg)], next_q_parity);
                 mbar_wait(&k_full[next_it % Cfg::STAGES], (next_it / Cfg::STAGES) & 1);
             }
             /* S_JOIN: the last P V reads buffer 1, so that the next tile's
@@ -561,11 +569,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
     uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + Cfg::OFF_BAR);
     if (threadIdx.x == 0) {
-        for (int b = 0; b < Cfg::Q_BUFS; ++b) {
-            mbar_init(&bars[b], 1);                            /* q_full: producer's expect_tx arrive */
-            mbar_init(&bars[Cfg::Q_BUFS + b], Cfg::CONSUMERS); /* q_empty: one arrive per consumer warpgroup */
+        for (int b = 0; b < Cfg::Q_BARS; ++b) {
+            mbar_init(&bars[b], 1); /* q_full: producer's expect_tx arrive */
+            /* q_empty: one arrive per consumer warpgroup (Q_HALVES: its own) */
+            mbar_init(&bars[Cfg::Q_BARS + b], Cfg::Q_HALVES ? 1 : Cfg::CONSUMERS);
         }
-        uint64_t *ring = bars + 2 * Cfg::Q_BUFS;
+        uint64_t *ring = bars + 2 * Cfg::Q_BARS;
         for (int s = 0; s < Cfg::STAGES; ++s) {
             mbar_init(&ring[s], 1);                              /* k_full */
             mbar_init(&ring[Cfg::STAGES + s], Cfg::CONSUMERS);     /* k_empty */
@@ -597,7 +606,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
         if (Cfg::Q_OWN_THREAD && threadIdx.x == 96) sm90_producer<Cfg, LOAD_Q>(p, smem, bars);
         if (Cfg::STORE_THREAD && threadIdx.x == 64) {
-            uint64_t *o_full = bars + 2 * Cfg::Q_BUFS + 4 * Cfg::STAGES;
+            uint64_t *o_full = bars + 2 * Cfg::Q_BARS + 4 * Cfg::STAGES;
             sm90_store_thread<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);
         }
     } else {

@@ -23,7 +23,7 @@ enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2 };
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, uint32_t it,
                                                    int n, int k_row0, int kv_head, int map_b) {
-    uint64_t *k_full = bars + 2 * Cfg::Q_BUFS, *k_empty = k_full + Cfg::STAGES;
+    uint64_t *k_full = bars + 2 * Cfg::Q_BARS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     /* A fresh barrier counts as having completed the phase before phase 0,
      * so the first wait on an "empty" barrier uses parity 1 and passes. */
@@ -59,7 +59,7 @@ __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int t,
                                                     const Sm90Tile &first, uint32_t &it, uint32_t &tile_iter) {
-    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
+    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BARS;
     const Sm90Tile last = sm90_decode_packed<Cfg>(p, t, Cfg::CONSUMERS - 1);
     const int heads = sm90_ring_step<Cfg>(last); /* 2: the last consumer's group is in the next head */
     if constexpr (ROLE == LOAD_Q_K) {
@@ -85,7 +85,7 @@ __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint
 
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars) {
-    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BUFS;
+    uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BARS;
     if constexpr (ROLE == LOAD_Q) {
         tma_prefetch_map(&p.tm_q);
     } else if constexpr (ROLE == LOAD_Q_K) {
@@ -112,28 +112,43 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
              * so the first wait on an "empty" barrier uses parity 1 and passes. */
             if constexpr (ROLE == (Cfg::Q_OWN_THREAD ? LOAD_Q : LOAD_Q_K)) { /* Q's loader */
                 const uint32_t qb = tile_iter % Cfg::Q_BUFS;
-                mbar_wait(&q_empty[qb], ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1);
-                mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
-                bool whole_box = true;
-                if constexpr (Cfg::ROW_SHIFT) {
-                    /* Shifted rows (sm90_fwd_seq): the map's boxes are 64 rows, one per
-                     * consumer. A consumer's rows are all phantom or all real (row_shift
-                     * is a multiple of 64); a phantom group loads the head's first rows
-                     * instead, which nothing of it stores (TMA takes no negative
-                     * coordinate: the kernel stopped with an illegal instruction). */
-                    static_assert(Cfg::SLABS == 1, "one box a consumer");
-                    whole_box = p.row_shift == 0;
-                    if (!whole_box)
-                        for (int c = 0; c < Cfg::CONSUMERS; ++c)
-                            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + c * 64 * Cfg::QK_SW, &p.tm_q,
-                                        &q_full[qb], 0, max(tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, 0),
-                                        tile.head, tile.seq.map_b);
+                const uint32_t q_parity = ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1;
+                if constexpr (Cfg::Q_HALVES) {
+                    /* consumer c's rows once its own last S is done: 64-row
+                     * boxes (Q_BOX_ROWS), consumer 0's first */
+                    for (int c = 0; c < Cfg::CONSUMERS; ++c) {
+                        const uint32_t bar = qb * Cfg::CONSUMERS + c;
+                        mbar_wait(&q_empty[bar], q_parity);
+                        mbar_arrive_expect_tx(&q_full[bar], Cfg::Q_BYTES / Cfg::CONSUMERS);
+                        for (int s = 0; s < Cfg::SLABS; ++s)
+                            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB + c * 64 * Cfg::QK_SW,
+                                        &p.tm_q, &q_full[bar], s * Cfg::BOX_COLS,
+                                        tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, tile.head, tile.seq.map_b);
+                    }
+                } else {
+                    mbar_wait(&q_empty[qb], q_parity);
+                    mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
+                    bool whole_box = true;
+                    if constexpr (Cfg::ROW_SHIFT) {
+                        /* Shifted rows (sm90_fwd_seq): the map's boxes are 64 rows, one per
+                         * consumer. A consumer's rows are all phantom or all real (row_shift
+                         * is a multiple of 64); a phantom group loads the head's first rows
+                         * instead, which nothing of it stores (TMA takes no negative
+                         * coordinate: the kernel stopped with an illegal instruction). */
+                        static_assert(Cfg::SLABS == 1, "one box a consumer");
+                        whole_box = p.row_shift == 0;
+                        if (!whole_box)
+                            for (int c = 0; c < Cfg::CONSUMERS; ++c)
+                                tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + c * 64 * Cfg::QK_SW, &p.tm_q,
+                                            &q_full[qb], 0, max(tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, 0),
+                                            tile.head, tile.seq.map_b);
+                    }
+                    if (whole_box)
+                        for (int s = 0; s < Cfg::SLABS; ++s)
+                            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
+                                        s * Cfg::BOX_COLS, tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head,
+                                        tile.seq.map_b);
                 }
-                if (whole_box)
-                    for (int s = 0; s < Cfg::SLABS; ++s)
-                        tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
-                                    s * Cfg::BOX_COLS, tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head,
-                                    tile.seq.map_b);
             }
             /* Varlen: a block straddling the sequence end also loads the next
              * sequence's first keys (or zeros past the tensor); the consumers mask
