@@ -67,12 +67,6 @@ __device__ __forceinline__ int sm90_next_work_tile(const Sm90FwdParams &p, int t
     return p.num_tiles;
 }
 
-/* The q_full / q_empty barrier of Q buffer qb that consumer wg waits on and
- * frees: the buffer's, or with Q_HALVES its own rows'. */
-template <class Cfg> __device__ __forceinline__ uint32_t sm90_q_bar(uint32_t qb, int wg) {
-    return Cfg::Q_HALVES ? qb * Cfg::CONSUMERS + wg : qb;
-}
-
 /*
  * A consumer warpgroup walks its CTA's tiles as one stream of kv blocks. Per
  * block it takes one turn at the tensor cores: S of this block and P V of the

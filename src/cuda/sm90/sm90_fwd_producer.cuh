@@ -15,6 +15,13 @@
  * walks the tiles and loads Q alone (LOAD_Q), the first K alone. */
 enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2 };
 
+/* The q_full / q_empty barrier of consumer wg's rows of Q buffer qb (the
+ * producer loads on it, the consumer waits on it and frees it): the
+ * buffer's, or with Q_HALVES one of the consumer's own. */
+template <class Cfg> __device__ __forceinline__ uint32_t sm90_q_bar(uint32_t qb, int wg) {
+    return Cfg::Q_HALVES ? qb * Cfg::CONSUMERS + wg : qb;
+}
+
 /* Kv block n's K (ROLE LOAD_Q_K) or V into ring position it, once the
  * consumers have freed that stage: K as SLABS column slabs of BN rows from
  * row k_row0 + n * BN (the sequence's first row in a varlen map), V alike,
@@ -114,10 +121,10 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                 const uint32_t qb = tile_iter % Cfg::Q_BUFS;
                 const uint32_t q_parity = ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1;
                 if constexpr (Cfg::Q_HALVES) {
-                    /* consumer c's rows once its own last S is done: 64-row
-                     * boxes (Q_BOX_ROWS), consumer 0's first */
+                    /* consumer c's rows once it has freed them after its
+                     * last block: 64-row boxes (Q_BOX_ROWS), consumer 0's first */
                     for (int c = 0; c < Cfg::CONSUMERS; ++c) {
-                        const uint32_t bar = qb * Cfg::CONSUMERS + c;
+                        const uint32_t bar = sm90_q_bar<Cfg>(qb, c);
                         mbar_wait(&q_empty[bar], q_parity);
                         mbar_arrive_expect_tx(&q_full[bar], Cfg::Q_BYTES / Cfg::CONSUMERS);
                         for (int s = 0; s < Cfg::SLABS; ++s)
