@@ -238,6 +238,15 @@ struct Sm90FwdConfig {
     static constexpr bool Q_HALVES = D == 256 && !FP8 && Q_BUFS == 1 && CONSUMERS == 2;
     static constexpr int Q_BARS = Q_BUFS * (Q_HALVES ? CONSUMERS : 1);
     static constexpr int Q_BOX_ROWS = Q_HALVES ? 64 : BM; /* rows of a Q load's box (the host's map) */
+    /* FIRST_K_BETWEEN_Q: the Q/K loader takes a tile's first K right after
+     * consumer 0's rows of Q, not after consumer 1's, which it frees a turn
+     * later: that K's stage was freed a turn before. Only beside consumer
+     * 0's own O buffer (O0_OWN_BUF): there +1.2..+3.4% at non-causal 1k and
+     * level at 512 and causal 512-2k, where in the instances that stage O
+     * in the ring (long problems with no mask, the split tail) it was
+     * 1.0-1.8% slower at non-causal 2k-4k (three runs on one H100,
+     * docs/perf/sm90.md, item 155). */
+    static constexpr bool FIRST_K_BETWEEN_Q = Q_HALVES && O0_OWN_BUF;
     /* Where O is rescaled to a moved max: inside the next turn, after its Q K^T
      * is issued and before its P V (the FMULs then run under Q K^T), or right
      * after the softmax. e4m3's Q K^T is too short to cover them (item 18). */

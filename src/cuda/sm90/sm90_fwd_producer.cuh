@@ -117,6 +117,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             const int kv_head = tile.head / p.q_per_kv;
             /* A fresh barrier counts as having completed the phase before phase 0,
              * so the first wait on an "empty" barrier uses parity 1 and passes. */
+            int k_ahead = 0; /* FIRST_K_BETWEEN_Q: kv blocks loaded with Q */
             if constexpr (ROLE == (Cfg::Q_OWN_THREAD ? LOAD_Q : LOAD_Q_K)) { /* Q's loader */
                 const uint32_t qb = tile_iter % Cfg::Q_BUFS;
                 const uint32_t q_parity = ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1;
@@ -131,6 +132,15 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                             tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB + c * 64 * Cfg::QK_SW,
                                         &p.tm_q, &q_full[bar], s * Cfg::BOX_COLS,
                                         tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, tile.head, tile.seq.map_b);
+                        /* FIRST_K_BETWEEN_Q: the tile's first K right behind
+                         * consumer 0's rows (its stage was freed a turn before
+                         * consumer 1 frees its rows) */
+                        if (Cfg::FIRST_K_BETWEEN_Q && ROLE == LOAD_Q_K && c == 0) {
+                            sm90_load_kv_block<Cfg, ROLE>(p, smem, bars, it, tile.n_hi - 1, tile.seq.k_row0, kv_head,
+                                                          tile.seq.map_b);
+                            ++it;
+                            k_ahead = 1;
+                        }
                     }
                 } else {
                     mbar_wait(&q_empty[qb], q_parity);
@@ -164,7 +174,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
              * loop that never runs: wrapped in a branch of its own, it moved
              * two instructions in other kernels' producers). */
 #pragma unroll 1
-            for (int n = ROLE == LOAD_Q ? tile.n_lo - 1 : tile.n_hi - 1; n >= tile.n_lo; --n, ++it)
+            for (int n = (ROLE == LOAD_Q ? tile.n_lo - 1 : tile.n_hi - 1) - k_ahead; n >= tile.n_lo; --n, ++it)
                 sm90_load_kv_block<Cfg, ROLE>(p, smem, bars, it, n, tile.seq.k_row0, kv_head, tile.seq.map_b);
             ++tile_iter;
         }
