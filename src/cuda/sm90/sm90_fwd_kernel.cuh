@@ -201,12 +201,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         /* S_JOIN: an empty group stands for the P V that a joined turn issues
          * behind its S, so that every tile's top waits alike. The tile whose
          * epilogue is due at the next tile's top (done_stage: its last V
-         * stage, -1: none), and whether the S in flight is a tile's. */
+         * stage, -1: none). The S in flight is a tile's while t is one. */
         if constexpr (Cfg::S_JOIN) wgmma_commit();
         Sm90Tile done_tile = tile;
         float done_inv[2] = {0.f, 0.f};
         int done_stage = -1;
-        bool more = true;
 
         /* Retire the P V issued in the last turn (its V stage: pv_stage);
          * retire_pv_and_pack then packs the newest probabilities into P,
@@ -272,7 +271,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                  * epilogue follows. Past the CTA's last tile the S is dropped. */
                 wgmma_wait<1>();
                 fence_regs<Cfg::BN / 2>(S);
-                if (more) {
+                if (t < p.num_tiles) {
                     sm90_free_k_stage<Cfg>(&k_empty[stage], n == tile.n_lo, wg, tid);
                     row_max[0] = row_max[1] = -INFINITY;
                     row_sum[0] = row_sum[1] = 0.f;
@@ -285,7 +284,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                     if (tid == 0) mbar_arrive(&v_empty[done_stage]);
                     sm90_epilogue<Cfg>(p, done_tile, O, done_inv, o_buf, nullptr, mailbox, o_full, wg, tid);
                 }
-                if (!more) break;
+                if (t >= p.num_tiles) break;
             } else {
                 wgmma_wait<0>();
                 fence_regs<Cfg::BN / 2>(S);
@@ -492,9 +491,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                 done_stage = (int)prev_stage;
                 ++tile_iter;
                 tiles_done = tile_iter;
-                more = t_next < p.num_tiles;
-                if (more) {
-                    t = t_next;
+                t = t_next;
+                if (t < p.num_tiles) {
                     tile = next_tile;
                     rows = sm90_row_setup<Cfg>(p, tile, wg, tid);
                 }
