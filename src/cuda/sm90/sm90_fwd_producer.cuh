@@ -115,9 +115,9 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             sm90_produce_packed<Cfg, ROLE>(p, smem, bars, t, tile, it, tile_iter);
         } else {
             const int kv_head = tile.head / p.q_per_kv;
+            int k_ahead = 0; /* FIRST_K_BETWEEN_Q: kv blocks loaded with Q */
             /* A fresh barrier counts as having completed the phase before phase 0,
              * so the first wait on an "empty" barrier uses parity 1 and passes. */
-            int k_ahead = 0; /* FIRST_K_BETWEEN_Q: kv blocks loaded with Q */
             if constexpr (ROLE == (Cfg::Q_OWN_THREAD ? LOAD_Q : LOAD_Q_K)) { /* Q's loader */
                 const uint32_t qb = tile_iter % Cfg::Q_BUFS;
                 const uint32_t q_parity = ((tile_iter / Cfg::Q_BUFS) & 1) ^ 1;
