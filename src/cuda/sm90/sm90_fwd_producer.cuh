@@ -22,6 +22,17 @@ template <class Cfg> __device__ __forceinline__ uint32_t sm90_q_bar(uint32_t qb,
     return Cfg::Q_HALVES ? qb * Cfg::CONSUMERS + wg : qb;
 }
 
+/* Consumer c's 64 rows of Q buffer qb (the box of a per-consumer map,
+ * Q_BOX_ROWS = 64), read from row `row` of a head: one box a column slab,
+ * completing on `bar`. */
+template <class Cfg>
+__device__ __forceinline__ void sm90_load_q_rows(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bar, uint32_t qb,
+                                                 int c, int row, int head, int map_b) {
+    for (int s = 0; s < Cfg::SLABS; ++s)
+        tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB + c * 64 * Cfg::QK_SW, &p.tm_q, bar,
+                    s * Cfg::BOX_COLS, row, head, map_b);
+}
+
 /* Kv block n's K (ROLE LOAD_Q_K) or V into ring position it, once the
  * consumers have freed that stage: K as SLABS column slabs of BN rows from
  * row k_row0 + n * BN (the sequence's first row in a varlen map), V alike,
@@ -75,8 +86,7 @@ __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint
         mbar_arrive_expect_tx(&q_full[qb], Cfg::Q_BYTES);
         for (int c = 0; c < Cfg::CONSUMERS; ++c) {
             const Sm90Tile g = sm90_decode_packed<Cfg>(p, t, c);
-            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + c * 64 * Cfg::QK_SW, &p.tm_q, &q_full[qb], 0,
-                        (g.m_block + c) * 64, g.head, g.seq.map_b);
+            sm90_load_q_rows<Cfg>(p, smem, &q_full[qb], qb, c, (g.m_block + c) * 64, g.head, g.seq.map_b);
         }
     }
     const int kv_head0 = first.head / p.q_per_kv, kv_head1 = last.head / p.q_per_kv;
@@ -128,10 +138,9 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                         const uint32_t bar = sm90_q_bar<Cfg>(qb, c);
                         mbar_wait(&q_empty[bar], q_parity);
                         mbar_arrive_expect_tx(&q_full[bar], Cfg::Q_BYTES / Cfg::CONSUMERS);
-                        for (int s = 0; s < Cfg::SLABS; ++s)
-                            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB + c * 64 * Cfg::QK_SW,
-                                        &p.tm_q, &q_full[bar], s * Cfg::BOX_COLS,
-                                        tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, tile.head, tile.seq.map_b);
+                        sm90_load_q_rows<Cfg>(p, smem, &q_full[bar], qb, c,
+                                              tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, tile.head,
+                                              tile.seq.map_b);
                         /* FIRST_K_BETWEEN_Q: the tile's first K right behind
                          * consumer 0's rows (its stage was freed a turn before
                          * consumer 1 frees its rows) */
@@ -156,9 +165,9 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                         whole_box = p.row_shift == 0;
                         if (!whole_box)
                             for (int c = 0; c < Cfg::CONSUMERS; ++c)
-                                tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + c * 64 * Cfg::QK_SW, &p.tm_q,
-                                            &q_full[qb], 0, max(tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, 0),
-                                            tile.head, tile.seq.map_b);
+                                sm90_load_q_rows<Cfg>(p, smem, &q_full[qb], qb, c,
+                                                      max(tile.seq.q_row0 + tile.m_block * Cfg::BM + c * 64, 0),
+                                                      tile.head, tile.seq.map_b);
                     }
                     if (whole_box)
                         for (int s = 0; s < Cfg::SLABS; ++s)
