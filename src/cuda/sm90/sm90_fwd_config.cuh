@@ -212,6 +212,16 @@ struct Sm90FwdConfig {
      * kernels, which run only problems without a causal mask or window,
      * nor where TOP_SKIP_ is false (the instance for such problems). */
     static constexpr bool TOP_SKIP = D == 256 && !FP8 && CONSUMERS == 2 && !SPLIT_TAIL_ && TOP_SKIP_;
+    /* Q's loads and O's stores marked evict-first in L2 (sm90_fwd_l2.cuh),
+     * so that the K and V blocks a head's other tiles read again stay.
+     * In the head-dim-256 instance with TOP_SKIP, whose short and masked
+     * problems lean on the memory (on an H100 the causal 512-key cell
+     * keeps the DRAM 75% busy): that cell's DRAM reads 207 -> 204 MB and
+     * +2.0..+2.3% settled, causal 1k +1.2..+1.4%, non-causal 512 and 1k
+     * +0.1..+1.0%, causal 16k level (two H100s). Not elsewhere: head dim
+     * 64 causal 512 lost 2.4% with it, and head dim 256's instance for
+     * long unmasked problems 0.7% at 16k (docs/perf/sm90.md, item 160). */
+    static constexpr bool QO_EVICT_FIRST = TOP_SKIP;
     /* Two Q buffers where they fit: the next tile's Q loads while this tile
      * runs. JOIN: the next tile's first Q K^T then goes out in the turn of
      * this tile's last P V (docs/perf/sm90.md, item 17: a gain with three

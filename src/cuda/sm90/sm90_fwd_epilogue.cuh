@@ -7,6 +7,7 @@
 #ifndef FA_SM90_FWD_EPILOGUE_CUH
 #define FA_SM90_FWD_EPILOGUE_CUH
 
+#include "sm90_fwd_l2.cuh"
 #include "sm90_fwd_softmax.cuh"
 
 /* Address of output row r (within the sequence) of a tile's head. */
@@ -130,7 +131,7 @@ __device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_
             if (m.w == SM90_MAIL_STORE) {
                 uint8_t *o_stage = smem + Cfg::OFF_O + c * 64 * 128;
                 for (int s = 0; s < Cfg::O_SLABS; ++s)
-                    tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, m.x, m.y, m.z);
+                    sm90_store_o_box<Cfg>(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, m.x, m.y, m.z);
                 tma_store_commit();
                 tma_store_wait_read(); /* the rows are free once the store has read them */
             }
@@ -197,8 +198,8 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
         if constexpr (Cfg::ROW_SHIFT) phantom = tile.seq.q_row0 + wg_row0 < 0;
         if (!phantom)
             for (int s = 0; s < Cfg::O_SLABS; ++s)
-                tma_store_4d(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.seq.q_row0 + wg_row0, tile.head,
-                             tile.seq.map_b);
+                sm90_store_o_box<Cfg>(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, tile.seq.q_row0 + wg_row0,
+                                      tile.head, tile.seq.map_b);
         tma_store_commit();
         if (Cfg::O_IN_RING && in_ring) {
             tma_store_wait_read(); /* the stage goes back to the producer once the store has read it */

@@ -5,6 +5,7 @@
 #ifndef FA_SM90_FWD_PRODUCER_CUH
 #define FA_SM90_FWD_PRODUCER_CUH
 
+#include "sm90_fwd_l2.cuh"
 #include "sm90_fwd_schedule.cuh"
 #include "sm90_ptx.cuh"
 
@@ -29,8 +30,8 @@ template <class Cfg>
 __device__ __forceinline__ void sm90_load_q_rows(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bar, uint32_t qb,
                                                  int c, int row, int head, int map_b) {
     for (int s = 0; s < Cfg::SLABS; ++s)
-        tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB + c * 64 * Cfg::QK_SW, &p.tm_q, bar,
-                    s * Cfg::BOX_COLS, row, head, map_b);
+        sm90_load_q_box<Cfg>(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB + c * 64 * Cfg::QK_SW, &p.tm_q,
+                             bar, s * Cfg::BOX_COLS, row, head, map_b);
 }
 
 /* Kv block n's K (ROLE LOAD_Q_K) or V into ring position it, once the
@@ -171,9 +172,9 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
                     }
                     if (whole_box)
                         for (int s = 0; s < Cfg::SLABS; ++s)
-                            tma_load_4d(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q, &q_full[qb],
-                                        s * Cfg::BOX_COLS, tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head,
-                                        tile.seq.map_b);
+                            sm90_load_q_box<Cfg>(smem + Cfg::OFF_Q + qb * Cfg::Q_BYTES + s * Cfg::Q_SLAB, &p.tm_q,
+                                                 &q_full[qb], s * Cfg::BOX_COLS,
+                                                 tile.seq.q_row0 + tile.m_block * Cfg::BM, tile.head, tile.seq.map_b);
                 }
             }
             /* Varlen: a block straddling the sequence end also loads the next

@@ -79,6 +79,24 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const void *map, uint64_t
         : "memory");
 }
 
+/* An L2 eviction priority for bulk copies (their cache-policy operand):
+ * lines a copy brings in or writes are the first to be evicted. */
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+/* tma_load_4d with an L2 eviction priority (l2_policy_evict_first). */
+__device__ __forceinline__ void tma_load_4d_hint(void *dst, const void *map, uint64_t *bar, int c0, int c1, int c2,
+                                                 int c3, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;" ::"r"(smem_addr(dst)),
+        "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+        : "memory");
+}
+
 /* Copy `bytes` contiguous bytes (16-byte aligned, a multiple of 16) from
  * global to shared memory; completion is reported to `bar` as transaction bytes. */
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
@@ -103,6 +121,16 @@ __device__ __forceinline__ void tma_reduce_add_2d(const void *map, const void *s
                      map),
                  "r"(smem_addr(src)), "r"(c0), "r"(c1)
                  : "memory");
+}
+
+/* tma_store_4d with an L2 eviction priority (l2_policy_evict_first). */
+__device__ __forceinline__ void tma_store_4d_hint(const void *map, const void *src, int c0, int c1, int c2, int c3,
+                                                  uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], [%1], %6;" ::"l"(
+            map),
+        "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+        : "memory");
 }
 
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
