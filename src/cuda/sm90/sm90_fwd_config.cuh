@@ -216,7 +216,7 @@ struct Sm90FwdConfig {
      * so that the K and V blocks a head's other tiles read again stay.
      * In the head-dim-256 instance with TOP_SKIP, whose short and masked
      * problems lean on the memory (on an H100 the causal 512-key cell
-     * keeps the DRAM 75% busy): that cell's DRAM reads 207 -> 204 MB and
+     * keeps the DRAM 75-77% busy): that cell's DRAM reads 207 -> 204 MB and
      * +2.0..+2.3% settled, causal 1k +1.2..+1.4%, non-causal 512 and 1k
      * +0.1..+1.0%, causal 16k level (two H100s). Not elsewhere: head dim
      * 64 causal 512 lost 2.4% with it, and head dim 256's instance for
