@@ -233,6 +233,26 @@ def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
 
 
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
+@pytest.mark.parametrize("sq", [512, 384, 256, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_short_causal_heads_many_units(sq, dtype):
+    """Head dim 64 causal over at most 4 query blocks of 128 with about 2.5
+    units (pairs of query blocks of two heads) per SM, and an odd number of
+    heads, whose last pair has no first halves: on Hopper the units go out
+    round-robin, and where the host's cost model says it ends sooner the
+    last rounds' go out as single tiles, largest first, dealt in a snake
+    (the paired order's tail), as at the standard grid's 512-key cells."""
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    m = -(-sq // 128)  # query blocks a head; a pair of heads holds m units
+    heads = 2 * -(-sms * 5 // 2 // m) + 1  # odd: the last pair's first halves are missing
+    q, k, v = make_qkv("cuda", dtype, B=1, sq=sq, sk=sq, hq=heads, hk=heads, d=64)
+    out, lse, _ = fa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    ref = sdpa(q.double(), k.double(), v.double(), causal=True)
+    check(out, ref, sdpa(q, k, v, causal=True, naive=True), dtype, 2.0)
+    torch.testing.assert_close(lse.double(), lse_ref(q, k, True), rtol=0, atol=1e-3)
+
+
+@pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
 @pytest.mark.parametrize("sq,sk", [(512, 512), (384, 400), (128, 128), (200, 130)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("batch,group", [(1, 1), (3, 4)], ids=["mha", "gqa"])
