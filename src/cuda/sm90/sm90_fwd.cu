@@ -24,16 +24,20 @@
  * it keeps two and 128-row tiles (docs/perf/sm90.md, items 36, 87, 88).
  * Both three-consumer kernels have an instance whose tiles are 64-row
  * groups packed across heads (Sm90PackedRows, sm90_packed_rows). */
-enum sm90_variant { SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64 };
+enum sm90_variant {
+    SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D192, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64
+};
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
 /* SPLIT: the kernel with the split tail (sm90_split_plan) */
 template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
-/* O staged in the last K/V stage (consumer 0's in a buffer of its own where
- * it may skip a tile's top block); TOP_SKIP false: the instance for long
- * problems with no mask, which never skip (sm90_launch_d256) */
-template <bool BF16, bool SPLIT, bool TOP_SKIP = true>
-using Sm90CfgD256 = Sm90FwdConfig<256, 64, 2, BF16, 2, false, false, SPLIT, TOP_SKIP>;
+/* The wide head dims (Sm90FwdConfig::WIDE), 64-key blocks. At head dim 256
+ * O is staged in the last K/V stage (consumer 0's in a buffer of its own
+ * where it may skip a tile's top block); at 192 in a buffer of its own.
+ * TOP_SKIP false: the instance for long problems with no mask, which never
+ * skip (sm90_launch_wide). */
+template <int D, bool BF16, bool SPLIT, bool TOP_SKIP = true>
+using Sm90CfgWide = Sm90FwdConfig<D, 64, 2, BF16, 2, false, false, SPLIT, TOP_SKIP>;
 /* e4m3 in, bf16 out. Head dims up to 64 have a kernel of their own (64-byte
  * Q and K rows, so no zero columns are multiplied) with three consumers and
  * joined tile boundaries: like bf16 at head dim 64, it is bound by the
@@ -54,9 +58,10 @@ static sm90_variant sm90_pick(const fa_problem *p) {
         if (p->D <= 64) return SM90_F8_D64;
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_M192;
     }
-    switch (sm90_padded_head_dim(p->D)) {
+    switch (sm90_fwd_head_dim(p->D)) {
     case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41, 144 */
     case 128: return SM90_D128;
+    case 192: return SM90_D192;
     default: return SM90_D256;
     }
 }
@@ -134,7 +139,8 @@ static Sm90Shape sm90_shape(sm90_variant v) {
     case SM90_D64_M192: return sm90_shape_of<Sm90CfgD64M192<true>>();
     case SM90_D64_M128: return sm90_shape_of<Sm90CfgD64M128<true>>();
     case SM90_D128: return sm90_shape_of<Sm90CfgD128<true, false>>();
-    case SM90_D256: return sm90_shape_of<Sm90CfgD256<true, false>>();
+    case SM90_D192: return sm90_shape_of<Sm90CfgWide<192, true, false>>();
+    case SM90_D256: return sm90_shape_of<Sm90CfgWide<256, true, false>>();
     case SM90_F8_M192: return sm90_shape_of<Sm90CfgF8M192<false>>();
     case SM90_F8_N128: return sm90_shape_of<Sm90CfgF8N128>();
     case SM90_F8_D64: return sm90_shape_of<Sm90CfgF8D64>();
@@ -145,7 +151,9 @@ static Sm90Shape sm90_shape(sm90_variant v) {
 /* Whether the variant has a kernel with the split tail (sm90_split_plan):
  * not head dim 64's (its three-consumer kernel spills with the merge, in
  * 16-bit and e4m3 alike), nor e4m3's 128-key kernel (masked problems only). */
-static int sm90_has_split_tail(sm90_variant v) { return v == SM90_D128 || v == SM90_D256 || v == SM90_F8_M192; }
+static int sm90_has_split_tail(sm90_variant v) {
+    return v == SM90_D128 || v == SM90_D192 || v == SM90_D256 || v == SM90_F8_M192;
+}
 
 /* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key chunks). */
 static int64_t sm90_fp8_vt_keys(const fa_problem *p) { return (p->Sk + 31) / 32 * 32; }
@@ -318,7 +326,7 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     const int64_t work = (int64_t)tail * blocks;
     if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
     const int consumers = shape.bm / 64;
-    const int d = sm90_padded_head_dim(p->D);
+    const int d = sm90_fwd_head_dim(p->D);
     /* idle time saved, in blocks of 128 keys x head dim 128 */
     const int64_t saved = (int64_t)(grid - tail) * blocks * shape.bn * d; /* x grid * 128 * 128 */
     const int64_t min_saved = p->dtype == FA_F8_E4M3 ? 2 * SM90_SPLIT_MIN_SAVED : SM90_SPLIT_MIN_SAVED;
@@ -687,23 +695,23 @@ static fa_status sm90_launch_tail(const fa_problem *p, const Sm90FwdParams &k, c
     return k.tail_first < k.num_tiles ? sm90_launch<Split>(p, k, x) : sm90_launch<Plain>(p, k, x);
 }
 
-/* Head dim 256: the split-tail kernel where the plan splits (as
- * sm90_launch_tail). Else batched problems with no causal mask or window,
- * over more than SM90_D256_OWN_O0_MAX_BLOCKS kv blocks, run an instance
- * without TOP_SKIP and consumer 0's own O buffer, and without the steady
- * loop's masks (only a tile's highest kv block can hold a hidden key). The
- * skip never applies to them; the buffer shortens the tile boundary but
- * gives the steady loop a slower schedule: without it 2k keys ran 0.5-2.4%
- * faster (two H200s), 1k level and 512 2.1% slower (docs/perf/sm90.md,
- * item 120). */
-enum { SM90_D256_OWN_O0_MAX_BLOCKS = 16 };
-template <bool BF16>
-static fa_status sm90_launch_d256(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
-    if (k.tail_first < k.num_tiles) return sm90_launch<Sm90CfgD256<BF16, true>>(p, k, x);
-    using Unskipped = Sm90CfgD256<BF16, false, false>;
-    if (!p->has_mask && !p->cu_seqlens_q && sm90_key_blocks(p, Unskipped::BN) > SM90_D256_OWN_O0_MAX_BLOCKS)
+/* The wide head dims (192, 256): the split-tail kernel where the plan
+ * splits (as sm90_launch_tail). Else batched problems with no causal mask or
+ * window, over more than SM90_WIDE_TOP_SKIP_MAX_BLOCKS kv blocks, run an
+ * instance without TOP_SKIP (at head dim 256 also without consumer 0's own
+ * O buffer), and without the steady loop's masks (only a tile's highest kv
+ * block can hold a hidden key). The skip never applies to them; at head dim
+ * 256 the buffer shortens the tile boundary but gives the steady loop a
+ * slower schedule: without it 2k keys ran 0.5-2.4% faster (two H200s), 1k
+ * level and 512 2.1% slower (docs/perf/sm90.md, item 120). */
+enum { SM90_WIDE_TOP_SKIP_MAX_BLOCKS = 16 };
+template <int D, bool BF16>
+static fa_status sm90_launch_wide(const fa_problem *p, const Sm90FwdParams &k, const fa_exec *x) {
+    if (k.tail_first < k.num_tiles) return sm90_launch<Sm90CfgWide<D, BF16, true>>(p, k, x);
+    using Unskipped = Sm90CfgWide<D, BF16, false, false>;
+    if (!p->has_mask && !p->cu_seqlens_q && sm90_key_blocks(p, Unskipped::BN) > SM90_WIDE_TOP_SKIP_MAX_BLOCKS)
         return sm90_launch_instance<Sm90SteadyUnmasked<Unskipped>>(p, k, x);
-    return sm90_launch<Sm90CfgD256<BF16, false>>(p, k, x);
+    return sm90_launch<Sm90CfgWide<D, BF16, false>>(p, k, x);
 }
 
 template <bool BF16>
@@ -712,7 +720,8 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(p, k, x);
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(p, k, x);
     case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(p, k, x);
-    case SM90_D256: return sm90_launch_d256<BF16>(p, k, x);
+    case SM90_D192: return sm90_launch_wide<192, BF16>(p, k, x);
+    case SM90_D256: return sm90_launch_wide<256, BF16>(p, k, x);
     case SM90_F8_M192:
     case SM90_F8_N128:
     case SM90_F8_D64: break; /* launched by fa_sm90_fwd */

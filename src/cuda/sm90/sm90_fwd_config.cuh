@@ -150,6 +150,11 @@ struct Sm90FwdConfig {
     static constexpr int BOX_COLS = QK_SW / ES;   /* input elements per slab */
     static constexpr int SLABS = D * ES / QK_SW;  /* column slabs of a Q or K row */
     static constexpr int O_SLABS = D / 64;        /* 128-byte slabs of an output row (16-bit) */
+    /* The wide head dims, 192 and 256 (16-bit): 64-key blocks, one Q
+     * buffer, and the paths below that were measured at head dim 256
+     * (TOP_SKIP, Q_HALVES, LATE_PV_RETIRE, LAG_MAX, the larger producer). */
+    static constexpr bool WIDE = D > 128 && !FP8;
+    static_assert(D % 64 == 0 || FP8, "16-bit head dims in whole 128-byte slabs");
     /* Varlen support (packed sequences, the tile's lengths and first rows
      * read from cu_seqlens). At head dim 256 it is a kernel instance of its
      * own (Sm90Varlen<Cfg>): its per-tile code would sit among the batched
@@ -157,7 +162,7 @@ struct Sm90FwdConfig {
      * kernels at head dims 64 and 128, whose short tiles run the per-tile
      * code often (docs/perf/sm90.md, items 98 and 101). e4m3 is batched
      * only. */
-    static constexpr bool VARLEN_OWN_KERNEL = (D == 256 || (D <= 128 && CONSUMERS_ == 2)) && !FP8;
+    static constexpr bool VARLEN_OWN_KERNEL = (WIDE || (D <= 128 && CONSUMERS_ == 2)) && !FP8;
     static constexpr bool VARLEN = !FP8 && !VARLEN_OWN_KERNEL;
     static_assert(!FP8 || ((D == 128 || D == 64) && BN % 32 == 0), "e4m3: one slab per Q/K row, whole V^T slabs");
     /* e4m3 V^T (D head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,
@@ -211,7 +216,7 @@ struct Sm90FwdConfig {
      * slower (docs/perf/sm90.md, item 115). Not in the split-tail
      * kernels, which run only problems without a causal mask or window,
      * nor where TOP_SKIP_ is false (the instance for such problems). */
-    static constexpr bool TOP_SKIP = D == 256 && !FP8 && CONSUMERS == 2 && !SPLIT_TAIL_ && TOP_SKIP_;
+    static constexpr bool TOP_SKIP = WIDE && CONSUMERS == 2 && !SPLIT_TAIL_ && TOP_SKIP_;
     /* Q's loads and O's stores marked evict-first in L2 (sm90_fwd_l2.cuh),
      * so that the K and V blocks a head's other tiles read again stay.
      * In the head-dim-256 instance with TOP_SKIP, whose short and masked
@@ -245,7 +250,7 @@ struct Sm90FwdConfig {
      * 1k-2k, level at 512 and causal (two H100s, docs/perf/sm90.md, item
      * 154). Q_BARS: q_full/q_empty pairs, one a Q buffer or one a buffer
      * and consumer. */
-    static constexpr bool Q_HALVES = D == 256 && !FP8 && Q_BUFS == 1 && CONSUMERS == 2;
+    static constexpr bool Q_HALVES = WIDE && Q_BUFS == 1 && CONSUMERS == 2;
     static constexpr int Q_BARS = Q_BUFS * (Q_HALVES ? CONSUMERS : 1);
     static constexpr int Q_BOX_ROWS = Q_HALVES ? 64 : BM; /* rows of a Q load's box (the host's map) */
     /* FIRST_K_BETWEEN_Q: the Q/K loader takes a tile's first K right after
@@ -269,7 +274,7 @@ struct Sm90FwdConfig {
      * the e4m3 packing into the turn), and spills with three consumers
      * (the fp32 probabilities live across the turn); item 30. With P in
      * shared memory (e4m3, three consumers) it measured -1.7..-3.3% (item 147). */
-    static constexpr bool LATE_PV_RETIRE = D == 256;
+    static constexpr bool LATE_PV_RETIRE = WIDE;
     /* P in two register buffers (16-bit head dim 128 and the two-consumer
      * head-dim-64 kernel): block n's probabilities are packed into the buffer
      * the P V in flight does not read, so nothing in the softmax waits for
@@ -452,7 +457,7 @@ struct Sm90FwdConfig {
      * non-causal 512-2k, +2..+2.6% causal 1k-2k. Head dim 128
      * measured 4-6% slower with it: there the sums take eight m64n8k16 a
      * block for half the multiplies saved (docs/perf/sm90.md, item 105). */
-    static constexpr bool LAG_MAX = D == 256 && !FP8;
+    static constexpr bool LAG_MAX = WIDE;
     static constexpr float MAX_LAG = 8.f;
     /* the B operand of the row sums: 8 rows of 16 ones (two 8 x 8 core
      * matrices, K-major, no swizzle) */
@@ -489,8 +494,8 @@ struct Sm90FwdConfig {
      * must stay within it or setmaxnreg.inc waits forever. The consumers hold
      * O, S and P; the 4-slab producer of D = 256 needs a few more than 24. */
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
-    static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : D == 256 ? 40 : 24;
-    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : D == 256 ? 232 : 240;
+    static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : WIDE ? 40 : 24;
+    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : WIDE ? 232 : 240;
     static_assert(PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= (1 + CONSUMERS) * LAUNCH_REGS,
                   "register split exceeds the launch allocation");
 };
