@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
  * each consumer's 64 (consumer 0 then starts at its own highest block), so
  * that the instance without the steady loop's masks takes every problem
  * where only each such group's highest block hides a key: with TOP_SKIP
- * at head dim 256 every causal problem with Sq = Sk. */
+ * at head dims 192 and 256 every causal problem with Sq = Sk. */
 template <class Cfg> static constexpr int64_t sm90_mask_rows() {
     return Cfg::TOP_SKIP ? 64 : Cfg::BM;
 }

@@ -156,7 +156,7 @@ struct Sm90FwdConfig {
     static constexpr bool WIDE = D > 128 && !FP8;
     static_assert(D % 64 == 0 || FP8, "16-bit head dims in whole 128-byte slabs");
     /* Varlen support (packed sequences, the tile's lengths and first rows
-     * read from cu_seqlens). At head dim 256 it is a kernel instance of its
+     * read from cu_seqlens). At head dims 192 and 256 it is a kernel instance of its
      * own (Sm90Varlen<Cfg>): its per-tile code would sit among the batched
      * kernel's, whose registers it nearly fills. So too in the two-consumer
      * kernels at head dims 64 and 128, whose short tiles run the per-tile
@@ -205,7 +205,7 @@ struct Sm90FwdConfig {
     static constexpr int O_SLAB_STRIDE = O_IN_RING ? KV_SLAB : BM * 128; /* bytes between staged O's slabs */
     /* Consumer 0 skips the tile's highest kv block where its rows see none
      * of its keys (sm90_top_skip): with 128-row tiles of 64-key blocks
-     * (head dim 256) under a causal mask, that is the tile's first block,
+     * (head dims 192 and 256) under a causal mask, that is the tile's first block,
      * half of the diagonal. It then passes its first turn of the tile
      * (so the rounds stay in step and both consumers read each block in
      * consecutive turns), arrives for the skipped stage (which only
@@ -243,7 +243,7 @@ struct Sm90FwdConfig {
         sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES) <= 227 * 1024 ? 2 : 1;
     static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
     /* Q_HALVES: each consumer's 64 rows of Q are loaded, waited for and
-     * freed on barriers of their own. With one Q buffer (head dim 256) the
+     * freed on barriers of their own. With one Q buffer (head dims 192, 256) the
      * next tile's Q can only load once this tile's last block has read it;
      * in halves, a consumer's rows go out once its own last block is done,
      * and its first S waits for half the bytes. +0.8..+1.6% at non-causal
@@ -492,7 +492,7 @@ struct Sm90FwdConfig {
     /* Register split: setmaxnreg only moves registers inside what the CTA got
      * at launch (65536 / THREADS per thread, rounded down to 8), so the sum
      * must stay within it or setmaxnreg.inc waits forever. The consumers hold
-     * O, S and P; the 4-slab producer of D = 256 needs a few more than 24. */
+     * O, S and P; the 3- and 4-slab producers of D = 192 and 256 need a few more than 24. */
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
     static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : WIDE ? 40 : 24;
     static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : WIDE ? 232 : 240;
