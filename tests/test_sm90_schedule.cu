@@ -339,7 +339,7 @@ int main(int argc, char **argv) {
      * weighted split shares), Sq != Sk in both alignments, rows that see
      * no key, windows, GQA, softcap */
     for (fa_dtype dt : {bf, f8})
-        for (int D : {64, 128, 192, 256}) {
+        for (int D : {64, 96, 128, 192, 256}) {
             if (dt == f8 && D > 128) continue;
             for (int Sq : {1, 65, 129, 200, 1000, 2300, 2600, 4100, 16320})
                 for (int causal : {0, 1}) {

@@ -393,6 +393,11 @@ static void magnitudes(fa_dtype dt) {
          * long unmasked problems (no top-block skip) */
         {"growing scores head dim 256, 1100 keys", 64, 1100, 2, 2, 256, PAT_GROWING, 0, 0},
         {"large scores head dim 256, 1100 keys", 113, 1100, 2, 1, 256, PAT_LARGE, 0, 0},
+        /* head dims 80 and 96 (Hopper: a forward kernel of their own, the
+         * paths of head dim 128 over rows of three 64-byte slabs) */
+        {"growing scores head dim 96", 64, 700, 2, 2, 96, PAT_GROWING, 0, 1},
+        {"medium scores head dim 80 causal", 300, 300, 2, 1, 80, PAT_MEDIUM, 1, 1},
+        {"large scores head dim 96, 1100 keys", 113, 1100, 2, 1, 96, PAT_LARGE, 0, 0},
         /* head dim 192 (Hopper: a forward kernel of its own, the paths of
          * head dim 256 with O staged in a buffer of its own) */
         {"growing scores head dim 192", 64, 700, 2, 2, 192, PAT_GROWING, 0, 1},

@@ -230,7 +230,8 @@ int main(void) {
         c.opts.causal = 0, c.opts.use_window = 1, c.opts.window_left = 17, c.opts.window_right = 2;
         c.opts.align = FA_ALIGN_TOP_LEFT, c.opts.softcap = 20.0f;
         run_case(&c);
-        /* the widest head dims (on sm_90, the head-dim-256 kernel) */
+        /* the wide head dims (on sm_90, the head-dim-192 and 256 kernels) and
+         * head dim 96 (rows of three 64-byte slabs there) */
         memset(&c.opts, 0, sizeof c.opts);
         c.nseq = 8, c.lq = lq, c.lk = lk, c.Hq = 2, c.Hk = 1, c.D = 256, c.Dv = 256;
         c.label = "head dim 256, causal";
@@ -239,6 +240,10 @@ int main(void) {
         c.nseq = 3, c.lq = lq2, c.lk = lk2, c.D = 192, c.Dv = 192;
         c.label = "head dim 192";
         c.opts.causal = 0;
+        run_case(&c);
+        c.D = 96, c.Dv = 96;
+        c.label = "head dim 96, causal";
+        c.opts.causal = 1;
         run_case(&c);
     }
     return ft_finish();

@@ -114,7 +114,7 @@ def test_autograd_matches_sdpa(device, dtype, opts, hk):
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("sq,sk", [(1, 239), (113, 203), (128, 128), (799, 3), (1023, 1024)])
-@pytest.mark.parametrize("d", [59, 64, 128, 160, 192, 256])
+@pytest.mark.parametrize("d", [59, 64, 80, 96, 128, 160, 192, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_shapes(dtype, sq, sk, d, causal):
     """Lengths that do and do not divide the tiles, odd head dims, on the GPU."""
@@ -209,8 +209,8 @@ def test_varlen_autograd(device, head_dim):
 
 
 @pytest.mark.skipif(not _cuda_ok(), reason="needs a GPU")
-@pytest.mark.parametrize("d,sq,sk", [(64, 2048, 2048), (128, 2048, 2048), (192, 2048, 2048), (256, 2048, 2048),
-                                     (64, 64, 4096), (64, 2200, 2200)])
+@pytest.mark.parametrize("d,sq,sk", [(64, 2048, 2048), (96, 2048, 2048), (128, 2048, 2048), (192, 2048, 2048),
+                                     (256, 2048, 2048), (64, 64, 4096), (64, 2200, 2200)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_more_tiles_than_sms(d, sq, sk, causal):
     """A forward with about 1.2 tiles of 128 queries per SM: the last round

@@ -4,7 +4,7 @@ kernels use. The accumulator lists are long (up to 128 registers), so they are
 generated rather than typed. Run from this directory: python3 gen_wgmma.py"""
 
 SS_N = (64, 128)          # S = Q K^T: N = kv block
-RS_N = (64, 128, 192, 256)  # O += P V:  N = head dim
+RS_N = (64, 96, 128, 192, 256)  # O += P V:  N = head dim
 RS_K_N = (8,)             # row sums of P: B a block of ones, K-major (LAG_MAX)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 SS_TT_N = (64, 128)       # backward dQ = dS K: both operands MN-major in smem

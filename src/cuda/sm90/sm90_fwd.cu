@@ -25,12 +25,14 @@
  * Both three-consumer kernels have an instance whose tiles are 64-row
  * groups packed across heads (Sm90PackedRows, sm90_packed_rows). */
 enum sm90_variant {
-    SM90_D64_M192, SM90_D64_M128, SM90_D128, SM90_D192, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64
+    SM90_D64_M192, SM90_D64_M128, SM90_D96, SM90_D128, SM90_D192, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64
 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
-/* SPLIT: the kernel with the split tail (sm90_split_plan) */
+/* SPLIT: the kernel with the split tail (sm90_split_plan). Head dim 96:
+ * the head-dim-128 kernel's paths over rows of three 64-byte slabs. */
 template <bool BF16, bool SPLIT> using Sm90CfgD128 = Sm90FwdConfig<128, 128, 2, BF16, 2, false, false, SPLIT>;
+template <bool BF16, bool SPLIT> using Sm90CfgD96 = Sm90FwdConfig<96, 128, 2, BF16, 2, false, false, SPLIT>;
 /* The wide head dims (Sm90FwdConfig::WIDE), 64-key blocks. At head dim 256
  * O is staged in the last K/V stage (consumer 0's in a buffer of its own
  * where it may skip a tile's top block); at 192 in a buffer of its own.
@@ -60,6 +62,7 @@ static sm90_variant sm90_pick(const fa_problem *p) {
     }
     switch (sm90_fwd_head_dim(p->D)) {
     case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41, 144 */
+    case 96: return SM90_D96;
     case 128: return SM90_D128;
     case 192: return SM90_D192;
     default: return SM90_D256;
@@ -138,6 +141,7 @@ static Sm90Shape sm90_shape(sm90_variant v) {
     switch (v) {
     case SM90_D64_M192: return sm90_shape_of<Sm90CfgD64M192<true>>();
     case SM90_D64_M128: return sm90_shape_of<Sm90CfgD64M128<true>>();
+    case SM90_D96: return sm90_shape_of<Sm90CfgD96<true, false>>();
     case SM90_D128: return sm90_shape_of<Sm90CfgD128<true, false>>();
     case SM90_D192: return sm90_shape_of<Sm90CfgWide<192, true, false>>();
     case SM90_D256: return sm90_shape_of<Sm90CfgWide<256, true, false>>();
@@ -152,7 +156,7 @@ static Sm90Shape sm90_shape(sm90_variant v) {
  * not head dim 64's (its three-consumer kernel spills with the merge, in
  * 16-bit and e4m3 alike), nor e4m3's 128-key kernel (masked problems only). */
 static int sm90_has_split_tail(sm90_variant v) {
-    return v == SM90_D128 || v == SM90_D192 || v == SM90_D256 || v == SM90_F8_M192;
+    return v == SM90_D96 || v == SM90_D128 || v == SM90_D192 || v == SM90_D256 || v == SM90_F8_M192;
 }
 
 /* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key chunks). */
@@ -211,7 +215,8 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
         k->q_descale = p->q_descale;
         k->k_descale = p->k_descale;
         k->v_descale = p->v_descale;
-    } else if (!sm90_make_map(encode ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, D, shape.bn)) {
+    } else if (!sm90_make_map(encode ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, D, shape.bn,
+                              shape.qk_box)) { /* V in K's slabs */
         return 0;
     }
     /* the output is bf16 for e4m3 inputs */
@@ -326,7 +331,7 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     const int64_t work = (int64_t)tail * blocks;
     if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
     const int consumers = shape.bm / 64;
-    const int d = sm90_fwd_head_dim(p->D);
+    const int d = p->dtype == FA_F8_E4M3 ? sm90_padded_head_dim(p->D) : sm90_fwd_head_dim(p->D);
     /* idle time saved, in blocks of 128 keys x head dim 128 */
     const int64_t saved = (int64_t)(grid - tail) * blocks * shape.bn * d; /* x grid * 128 * 128 */
     const int64_t min_saved = p->dtype == FA_F8_E4M3 ? 2 * SM90_SPLIT_MIN_SAVED : SM90_SPLIT_MIN_SAVED;
@@ -719,6 +724,7 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     switch (sm90_pick(p)) {
     case SM90_D64_M192: return sm90_launch<Sm90CfgD64M192<BF16>>(p, k, x);
     case SM90_D64_M128: return sm90_launch<Sm90CfgD64M128<BF16>>(p, k, x);
+    case SM90_D96: return sm90_launch_tail<Sm90CfgD96<BF16, false>, Sm90CfgD96<BF16, true>>(p, k, x);
     case SM90_D128: return sm90_launch_tail<Sm90CfgD128<BF16, false>, Sm90CfgD128<BF16, true>>(p, k, x);
     case SM90_D192: return sm90_launch_wide<192, BF16>(p, k, x);
     case SM90_D256: return sm90_launch_wide<256, BF16>(p, k, x);

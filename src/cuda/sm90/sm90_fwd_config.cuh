@@ -144,17 +144,23 @@ struct Sm90FwdConfig {
     static constexpr bool FP8 = FP8_;
     static constexpr bool BF16 = BF16_ || FP8_; /* the 16-bit output type */
     static constexpr int ES = FP8 ? 1 : 2;      /* bytes per input element */
-    /* Q and K rows in slabs of QK_SW bytes, swizzled by as much: 128, or 64
-     * for e4m3 at head dim 64 (a 64-byte row) */
-    static constexpr int QK_SW = D * ES < 128 ? D * ES : 128;
+    /* Q, K and (16-bit) V rows in slabs of QK_SW bytes, swizzled by as
+     * much: 128, or 64 where a row is not whole 128-byte slabs (e4m3 at head
+     * dim 64, a 64-byte row; 16-bit head dim 96, three 64-byte slabs) */
+    static constexpr int QK_SW = D * ES % 128 == 0 ? 128 : 64;
+    static_assert(D * ES % 64 == 0, "rows in whole 64-byte slabs");
     static constexpr int BOX_COLS = QK_SW / ES;   /* input elements per slab */
     static constexpr int SLABS = D * ES / QK_SW;  /* column slabs of a Q or K row */
-    static constexpr int O_SLABS = D / 64;        /* 128-byte slabs of an output row (16-bit) */
+    /* 128-byte slabs of an output row (16-bit; at head dim 96 the second is
+     * half used, and the store's map clips the rest) */
+    static constexpr int O_SLABS = (D + 63) / 64;
+    /* Head dims 96 and 128 (16-bit): two P buffers, the softcap in an
+     * instance of its own, the S-first join (the paths measured at 128). */
+    static constexpr bool MID = !FP8 && D > 64 && D <= 128;
     /* The wide head dims, 192 and 256 (16-bit): 64-key blocks, one Q
      * buffer, and the paths below that were measured at head dim 256
      * (TOP_SKIP, Q_HALVES, LATE_PV_RETIRE, LAG_MAX, the larger producer). */
     static constexpr bool WIDE = D > 128 && !FP8;
-    static_assert(D % 64 == 0 || FP8, "16-bit head dims in whole 128-byte slabs");
     /* Varlen support (packed sequences, the tile's lengths and first rows
      * read from cu_seqlens). At head dims 192 and 256 it is a kernel instance of its
      * own (Sm90Varlen<Cfg>): its per-tile code would sit among the batched
@@ -175,7 +181,7 @@ struct Sm90FwdConfig {
     static constexpr int KV_SLAB = BN * QK_SW;
     static constexpr int Q_BYTES = BM * D * ES;
     static constexpr int KV_BYTES = BN * D * ES; /* a K tile, or a V (V^T for e4m3) tile */
-    static constexpr int O_BYTES = BM * D * 2;
+    static constexpr int O_BYTES = BM * O_SLABS * 128; /* O staged: whole 128-byte slabs */
     /* O is staged in its own buffer when it fits. Else (head dim 256) each
      * consumer stages its 64 rows in a K/V stage of the tile's last kv block,
      * consumer 0 in the K buffer, consumer 1 in the V buffer, and frees that
@@ -284,7 +290,7 @@ struct Sm90FwdConfig {
      * (docs/perf/sm90.md, items 30, 37 and 39). Not with three consumers (160
      * registers); not for e4m3, where a second P fits only with shorter
      * blocks, which lose more than the wait costs (item 40). */
-    static constexpr int P_BUFS = !FP8 && (D == 128 || (D == 64 && CONSUMERS == 2)) ? 2 : 1;
+    static constexpr int P_BUFS = MID || (!FP8 && D == 64 && CONSUMERS == 2) ? 2 : 1;
     /* A second ring of named barriers, meant to make the exponentials a
      * turn of their own: a consumer syncs on it after its row max and
      * hands it on after its exp2s. ptxas moves register-only instructions
@@ -352,7 +358,7 @@ struct Sm90FwdConfig {
      * 512 keys; at 1k-2k -1..+0.7%, 1.1-1.6% slower at 32 blocks a tile
      * (why is not established) and 1% slower at causal 512, so those keep
      * the plain instance (items 152, 153). */
-    static constexpr bool HAS_JOINED = D == 128 && !FP8 && P_BUFS == 2 && !SPLIT_TAIL_;
+    static constexpr bool HAS_JOINED = MID && P_BUFS == 2 && !SPLIT_TAIL_;
     static constexpr bool S_JOIN = false;
     /* Q loaded by a producer thread of its own (lane 0 of warp 3 of the
      * producer warpgroup) as soon as its buffer is free: with two Q buffers
@@ -386,7 +392,7 @@ struct Sm90FwdConfig {
      * code that runs; the e4m3 kernels measured +2-3% without it, the
      * head-dim-128 ones +1%, the others level, so only those pay a second
      * instance (docs/perf/sm90.md, item 72). */
-    static constexpr bool SOFTCAP_OWN_KERNEL = FP8 || D == 128;
+    static constexpr bool SOFTCAP_OWN_KERNEL = FP8 || MID;
     static constexpr bool SOFTCAP = !SOFTCAP_OWN_KERNEL;
     /* The steady loop without mask code, in an instance of its own
      * (Sm90SteadyUnmasked<Cfg>; STEADY_MASKS says whether this instance

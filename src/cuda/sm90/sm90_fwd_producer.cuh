@@ -64,8 +64,8 @@ __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8
                             kv_head, map_b);
         } else {
             for (int s = 0; s < Cfg::SLABS; ++s)
-                tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * 64, k_row0 + n * Cfg::BN, kv_head,
-                            map_b);
+                tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * Cfg::BOX_COLS, k_row0 + n * Cfg::BN,
+                            kv_head, map_b);
         }
     }
 }

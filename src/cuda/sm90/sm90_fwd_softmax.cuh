@@ -17,13 +17,14 @@
 
 /* Descriptors of the Q buffers and K stages (K-major), of the V stages and
  * of P in shared memory (P_SMEM). V is [key][d], an MN-major B operand whose
- * 64-column slabs lie KV_SLAB bytes apart (the LBO); for e4m3, V^T is
+ * column slabs (QK_SW bytes: 64 columns, 32 at head dim 96) lie KV_SLAB
+ * bytes apart (the LBO); for e4m3, V^T is
  * [d][key], K-major like K. A consumer builds each buffer's or ring's
  * first one once and steps to the others with one add (DescSw::shifted),
  * instead of a mask, a shift and an or from the address between a stage's
  * wait and its first wgmma. */
 template <class Cfg> using Sm90QKDesc = DescSw<Cfg::QK_SW>;
-template <class Cfg> using Sm90VDesc = DescSw<Cfg::FP8 ? Cfg::VT_SLAB_KEYS : 128>;
+template <class Cfg> using Sm90VDesc = DescSw<Cfg::FP8 ? Cfg::VT_SLAB_KEYS : Cfg::QK_SW>;
 template <class Cfg> __device__ __forceinline__ Sm90QKDesc<Cfg> sm90_qk_desc(uint32_t addr) {
     return Sm90QKDesc<Cfg>(addr, 16);
 }
@@ -82,8 +83,8 @@ __device__ __forceinline__ void sm90_issue_pv(float *O, uint32_t *P, const DescS
         }
     } else {
 #pragma unroll
-        for (int k = 0; k < Cfg::BN / 16; ++k) /* 16 keys = 2048 B per k-step */
-            wgmma_rs<Cfg::D, Cfg::BF16, false>(O, P + 4 * k, vd.at(k * 16 * 128), accumulate || k > 0);
+        for (int k = 0; k < Cfg::BN / 16; ++k) /* 16 keys (rows of a V slab) per k-step */
+            wgmma_rs<Cfg::D, Cfg::BF16, false>(O, P + 4 * k, vd.at(k * 16 * Cfg::QK_SW), accumulate || k > 0);
         if constexpr (Cfg::LAG_MAX)
 #pragma unroll
             for (int k = 0; k < Cfg::BN / 16; ++k)

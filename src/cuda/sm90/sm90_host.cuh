@@ -14,12 +14,15 @@
 #include "backend.h"
 
 /* Head dims run on the kernel of the next size up: TMA zero-fills the
- * missing columns on load and clips them on store. The backward has kernels
- * for 64, 128 and 256 (sm90_padded_head_dim), the 16-bit forward for 192
- * too (sm90_fwd_head_dim). A multiple of 8 keeps rows 16-byte aligned. */
+ * missing columns on load and clips them on store. The backward and the
+ * e4m3 forward have kernels for 64, 128 and 256 (sm90_padded_head_dim),
+ * the 16-bit forward for 96 and 192 too (sm90_fwd_head_dim). A multiple of
+ * 8 keeps rows 16-byte aligned. */
 static inline int sm90_head_dim_ok(int64_t d) { return d >= 8 && d <= 256 && d % 8 == 0; }
 static inline int sm90_padded_head_dim(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
-static inline int sm90_fwd_head_dim(int64_t d) { return d <= 128 || d > 192 ? sm90_padded_head_dim(d) : 192; }
+static inline int sm90_fwd_head_dim(int64_t d) {
+    return d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
+}
 
 /* cuTensorMapEncodeTiled, reached through the runtime so nothing links -lcuda. */
 static inline PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
