@@ -122,7 +122,9 @@ struct Sm90BwdConfig {
 
 /* Named barriers between the two consumer warpgroups (0 is __syncthreads),
  * each passed by both: both halves of dS^T written; and at D 256, where one
- * warpgroup forms P^T and the other dS^T: P^T written, dS^T written. */
+ * warpgroup forms P^T and the other dS^T: P^T written, dS^T written (there
+ * the two pass each barrier at different places in the code, so not with
+ * the aligned bar.sync: named_bar_sync_apart). */
 enum { BWD_BAR_DS = 1, BWD_BAR_P_READY = 2, BWD_BAR_DS_READY = 3, BWD_BAR_DQ0 = 4 /* + warpgroup: its dQ staged */ };
 
 /* One sequence of the batch (sm90_seq.cuh). */
@@ -438,13 +440,13 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             for (int i = 0; i < Cfg::BM / 2; i += 2) Pa[i / 2] = pack2<elem16_t<Cfg::BF16>>(St[i], St[i + 1]);
             /* The dP warpgroup read the previous P^T before the last dS^T barrier. */
             sm90_bwd_store_pairs<Cfg>(pt, Pa, key_row, quad_col);
-            named_bar_sync(BWD_BAR_P_READY, 256);
+            named_bar_sync_apart(BWD_BAR_P_READY, 256);
             fence_regs<Cfg::DKV_N / 2>(dV);
             fence_regs<Cfg::BM / 4>(Pa);
             wgmma_fence();
             sm90_bwd_issue_rs<Cfg>(dV, Pa, do_addr + cols);
             wgmma_commit();
-            named_bar_sync(BWD_BAR_DS_READY, 256); /* dS^T written (and made visible to wgmma) */
+            named_bar_sync_apart(BWD_BAR_DS_READY, 256); /* dS^T written (and made visible to wgmma) */
             wgmma_wait<0>(); /* dV done: P^T's registers are free for dQ's */
             fence_regs<Cfg::DKV_N / 2>(dV);
             fence_regs<Cfg::DKV_N / 2>(dK);
@@ -464,7 +466,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             const uint8_t *pt = smem + Cfg::OFF_PT;
             float dPt[Cfg::BM / 2];
             sm90_bwd_ss_sync<Cfg, Cfg::BM>(dPt, v_addr, do_addr, Cfg::Q_SLAB);
-            named_bar_sync(BWD_BAR_P_READY, 256);
+            named_bar_sync_apart(BWD_BAR_P_READY, 256);
 #pragma unroll
             for (int j = 0; j < Cfg::BM / 4; ++j)
                 Pa[j] = *reinterpret_cast<const uint32_t *>(pt + sm90_bwd_pair_off<Cfg>(j, key_row, quad_col));
@@ -479,7 +481,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
              * block's dK and dQ) finished before it passed the P^T barrier. */
             sm90_bwd_store_pairs<Cfg>(ds, dSa, key_row, quad_col);
             fence_proxy_async_smem(); /* generic-proxy writes -> visible to wgmma */
-            named_bar_sync(BWD_BAR_DS_READY, 256);
+            named_bar_sync_apart(BWD_BAR_DS_READY, 256);
             sm90_bwd_issue_dv_dk<Cfg>(dV, dK, Pa, dSa, do_addr + cols, q_addr + cols);
             wgmma_wait<0>(); /* dV, dK done: P^T's and dS^T's registers are free for dQ's */
             fence_regs<Cfg::DKV_N / 2>(dV);

@@ -173,6 +173,14 @@ __device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t nthreads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
 }
 
+/* The same wait for a barrier that warpgroups pass at different places in
+ * the code: bar.sync is barrier.sync.aligned, which every participating
+ * thread must reach through the same instruction (compute-sanitizer's
+ * synccheck reports the rest as divergent); barrier.sync is not aligned. */
+__device__ __forceinline__ void named_bar_sync_apart(uint32_t id, uint32_t nthreads) {
+    asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+
 __device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t nthreads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
 }
