@@ -155,7 +155,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         /* Descriptor of Q buffer qb (see Q_DESC_UNIFORM), at warpgroup 0's
          * rows for a split tile. */
         auto q_buffer = [&](uint32_t qb, bool split_tile) {
-            /* LAG_MAX (head dim 256): made afresh a tile, not held across the
+            /* LAG_MAX (head dims 192, 256): made afresh a tile, not held across the
              * tiles (held, it spilled 4 bytes beside the row sums) */
             Sm90QKDesc<Cfg> d = (Cfg::LAG_MAX ? q_desc_of(opaque_int(wg)) : split_tile ? q_desc_of(0) : q_desc0)
                                     .shifted(qb * Cfg::Q_BYTES);
