@@ -111,7 +111,7 @@ struct Sm90Shape {
     int bm, bn;       /* query rows per tile, keys per block */
     int qk_box;       /* bytes of a Q or K row per TMA box (and its swizzle): QK_SW */
     int vt_slab_keys; /* e4m3: keys per V^T box (VT_SLAB_KEYS) */
-    int vt_rows;      /* e4m3: head-dim rows per V^T box (the kernel's D) */
+    int d;            /* the kernel's head dim (e4m3: head-dim rows per V^T box) */
     int pair_tail;    /* the kernel deals a paired order's tail (PAIR_TAIL) */
     int split_unmasked_only; /* its split-tail kernel takes only unmasked, uncapped problems */
     int split_slot_f4s;      /* float4s a consumer thread leaves per tail piece (sm90_split_slot_f4s) */
@@ -209,7 +209,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
          * are zero-filled and count towards the transaction bytes the
          * producer expects (KV_BYTES); a box is one V^T slab wide
          * (Sm90FwdConfig::VT_SLAB_KEYS) */
-        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, shape.vt_rows,
+        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, shape.d,
                            shape.vt_slab_keys))
             return 0;
         k->q_descale = p->q_descale;
@@ -331,9 +331,8 @@ static Sm90SplitPlan sm90_split_plan(const fa_problem *p, const Sm90FwdParams &k
     const int64_t work = (int64_t)tail * blocks;
     if (work < (int64_t)SM90_SPLIT_MIN_SHARE * grid || work * grid >= ((int64_t)1 << 32)) return s;
     const int consumers = shape.bm / 64;
-    const int d = p->dtype == FA_F8_E4M3 ? sm90_padded_head_dim(p->D) : sm90_fwd_head_dim(p->D);
     /* idle time saved, in blocks of 128 keys x head dim 128 */
-    const int64_t saved = (int64_t)(grid - tail) * blocks * shape.bn * d; /* x grid * 128 * 128 */
+    const int64_t saved = (int64_t)(grid - tail) * blocks * shape.bn * shape.d; /* x grid * 128 * 128 */
     const int64_t min_saved = p->dtype == FA_F8_E4M3 ? 2 * SM90_SPLIT_MIN_SAVED : SM90_SPLIT_MIN_SAVED;
     if (saved < min_saved * grid * 128 * 128) return s;
     s.tail_tiles = tail;
