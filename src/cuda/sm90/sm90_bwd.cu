@@ -22,11 +22,14 @@
 
 template <bool BF16> using Sm90BwdCfgD64 = Sm90BwdConfig<64, 128, BF16>;
 template <bool BF16> using Sm90BwdCfgD128 = Sm90BwdConfig<128, 64, BF16>;
+template <bool BF16> using Sm90BwdCfgD192 = Sm90BwdConfig<192, 64, BF16>;
 template <bool BF16> using Sm90BwdCfgD256 = Sm90BwdConfig<256, 64, BF16>;
 
-static int bwd_padded_head_dim(const fa_problem *p) { return sm90_padded_head_dim(p->D); }
+static int bwd_padded_head_dim(const fa_problem *p) { return sm90_bwd_head_dim(p->D); }
 static int bwd_block_m(const fa_problem *p) { return bwd_padded_head_dim(p) == 64 ? 128 : 64; }
-static int bwd_block_n(const fa_problem *p) { return bwd_padded_head_dim(p) == 256 ? 64 : 128; }
+static int bwd_block_n(const fa_problem *p) { return bwd_padded_head_dim(p) > 128 ? 64 : 128; }
+/* The tiles' swizzle span (Sm90BwdConfig::SW): 64 bytes at head dim 192. */
+static int bwd_slab_bytes(const fa_problem *p) { return bwd_padded_head_dim(p) == 192 ? 64 : 128; }
 /* query rows rounded up to whole blocks */
 static int64_t bwd_sq_pad(const fa_problem *p) {
     return (p->Sq + bwd_block_m(p) - 1) / bwd_block_m(p) * bwd_block_m(p);
@@ -105,10 +108,11 @@ static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams 
     const int varlen = p->cu_seqlens_q != NULL;
     const int64_t map_b = varlen ? 1 : p->B;
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
-    if (!sm90_make_map(x ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, p->D, bm)) return 0;
-    if (!sm90_make_map(x ? &k->tm_do : NULL, &p->dout, p->dtype, map_b, rows_q, p->Hq, p->D, bm)) return 0;
-    if (!sm90_make_map(x ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, p->D, bn)) return 0;
-    if (!sm90_make_map(x ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, p->D, bn)) return 0;
+    const int sw = bwd_slab_bytes(p);
+    if (!sm90_make_map(x ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, p->D, bm, sw)) return 0;
+    if (!sm90_make_map(x ? &k->tm_do : NULL, &p->dout, p->dtype, map_b, rows_q, p->Hq, p->D, bm, sw)) return 0;
+    if (!sm90_make_map(x ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, p->D, bn, sw)) return 0;
+    if (!sm90_make_map(x ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, p->D, bn, sw)) return 0;
     char *w = x ? (char *)bwd_round((uintptr_t)x->workspace) : NULL;
     const size_t rows = bwd_rows(p);
     k->lse2 = (const float *)w;
@@ -200,9 +204,11 @@ extern "C" fa_status fa_sm90_bwd(const fa_problem *p, const fa_exec *x) {
     if (p->dtype == FA_BF16) {
         if (d == 64) return bwd_run<Sm90BwdCfgD64<true>, __nv_bfloat16>(p, x, k);
         if (d == 128) return bwd_run<Sm90BwdCfgD128<true>, __nv_bfloat16>(p, x, k);
+        if (d == 192) return bwd_run<Sm90BwdCfgD192<true>, __nv_bfloat16>(p, x, k);
         return bwd_run<Sm90BwdCfgD256<true>, __nv_bfloat16>(p, x, k);
     }
     if (d == 64) return bwd_run<Sm90BwdCfgD64<false>, __half>(p, x, k);
     if (d == 128) return bwd_run<Sm90BwdCfgD128<false>, __half>(p, x, k);
+    if (d == 192) return bwd_run<Sm90BwdCfgD192<false>, __half>(p, x, k);
     return bwd_run<Sm90BwdCfgD256<false>, __half>(p, x, k);
 }

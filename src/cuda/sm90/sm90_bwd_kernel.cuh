@@ -8,11 +8,12 @@
  *   warpgroups 1,2 consumers: keep dK and dV in registers across every query
  *                  block of every query head that reads this kv head (GQA
  *                  sums in place). Up to head dim 128 the block has 128 keys
- *                  and each consumer owns 64 of them; at head dim 256 (64 x
- *                  256 of dK and dV would not fit one warpgroup's registers)
- *                  the block has 64 keys and each consumer keeps half of dK's
- *                  and dV's columns; one computes S^T and P^T, the other dP^T
- *                  and dS^T, and they trade P^T and dS^T through shared memory.
+ *                  and each consumer owns 64 of them; at head dims 192 and
+ *                  256 (64 x 256 of dK and dV would not fit one warpgroup's
+ *                  registers) the block has 64 keys and each consumer keeps
+ *                  half of dK's and dV's columns; one computes S^T and P^T,
+ *                  the other dP^T and dS^T, and they trade P^T and dS^T
+ *                  through shared memory.
  *
  * Per query block of BM rows, a consumer computes (keys are the M dimension,
  * so every accumulator below is 64 keys x something):
@@ -24,9 +25,14 @@
  *   dQ   = dS K                           SS wgmma with both operands MN-major:
  *                                         dS^T is staged in shared memory
  * and adds dQ into a float32 accumulator (TMA bulk reductions from shared
- * memory up to head dim 128, vector reductions at 256). Each warpgroup forms
- * 64 of dQ's rows (head dim 64, BM = 128) or half of its columns (head dims
- * 128 and 256, BM = 64).
+ * memory up to head dim 128, vector reductions at 192 and 256). Each
+ * warpgroup forms 64 of dQ's rows (head dim 64, BM = 128) or half of its
+ * columns (head dims 128 to 256, BM = 64).
+ *
+ * Tiles of Q, dO, K and V lie in shared memory as column slabs of one
+ * swizzle span (SW bytes) each, as TMA writes them. A consumer's half of the
+ * columns must start on a slab: at head dim 192 a half is 96 columns, one
+ * and a half 128-byte spans, so there the slabs are 64 bytes (32 columns).
  *
  * Accumulator layout (wgmma m64nN, f32), thread t of the warpgroup, warp
  * w = t/32, g = (t%32)/4, q = t%4: register i holds
@@ -67,28 +73,34 @@ struct Sm90BwdParams {
 /* Compile-time tile shape and shared-memory plan. */
 template <int D_, int BM_, bool BF16_>
 struct Sm90BwdConfig {
-    static constexpr int D = D_;       /* head dim (= Dv), padded: 64, 128 or 256 */
+    static constexpr int D = D_;       /* head dim (= Dv), padded: 64, 128, 192 or 256 */
     static constexpr int BM = BM_;     /* query rows per block */
     static constexpr bool BF16 = BF16_;
     static constexpr int STAGES = 2;   /* query-block ring depth */
-    static constexpr int SLABS = D / 64; /* 128-byte column slabs of a row */
-    static_assert((BM == 128 && D == 64) || (BM == 64 && (D == 128 || D == 256)),
-                  "tile shapes: (D 64, BM 128), (D 128, BM 64), (D 256, BM 64)");
-    /* The consumers split the keys (64 each) or, at D 256, dK's and dV's columns. */
+    static_assert((BM == 128 && D == 64) || (BM == 64 && (D == 128 || D == 192 || D == 256)),
+                  "tile shapes: (D 64, BM 128), (D 128, 192 or 256, BM 64)");
+    /* The consumers split the keys (64 each) or, at D 192 and 256, dK's and dV's columns. */
     static constexpr bool SPLIT_KEYS = D <= 128;
     static constexpr int BN = SPLIT_KEYS ? 128 : 64; /* keys per CTA */
     static constexpr int DKV_N = SPLIT_KEYS ? D : D / 2; /* dK / dV columns per consumer */
     /* dQ per consumer: 64 rows x DQ_N columns; split by rows (D 64) or columns. */
     static constexpr bool DQ_SPLIT_COLS = BM == 64;
     static constexpr int DQ_N = DQ_SPLIT_COLS ? D / 2 : D;
+    /* The column slabs' swizzle span: 128 bytes, or 64 where a consumer's
+     * columns of dK, dV or dQ would start inside a 128-byte span (head dim
+     * 192: 96 columns each). */
+    static constexpr int SW = DKV_N % 64 == 0 && DQ_N % 64 == 0 ? 128 : 64;
+    static constexpr int SLAB_COLS = SW / 2; /* 16-bit columns of a slab */
+    static constexpr int SLABS = D / SLAB_COLS;
     /* dQ leaves through shared memory with TMA bulk reductions (64 x 64 per
-     * consumer, as two 32-column boxes) when it fits; at D 256 the shared
-     * memory is full and each thread adds its values with vector reductions. */
+     * consumer, as two 32-column boxes) up to D 128; at D 256 the shared
+     * memory is full, and at D 192 and 256 each thread adds its values with
+     * vector reductions. */
     static constexpr bool DQ_TMA = SPLIT_KEYS;
     static constexpr int DQ_STAGE = 64 * 64 * 4; /* one consumer's staged dQ */
 
-    static constexpr int Q_SLAB = BM * 128;  /* one slab of a Q or dO tile */
-    static constexpr int KV_SLAB = BN * 128; /* one slab of K or V */
+    static constexpr int Q_SLAB = BM * SW;  /* one slab of a Q or dO tile */
+    static constexpr int KV_SLAB = BN * SW; /* one slab of K or V */
     static constexpr int DS_SLAB = BN * 128; /* 64 query columns of dS^T (or P^T) for the block's keys */
     static constexpr int Q_BYTES = BM * D * 2;
     static constexpr int KV_BYTES = BN * D * 2;
@@ -100,7 +112,7 @@ struct Sm90BwdConfig {
     static constexpr int OFF_Q = OFF_V + KV_BYTES;
     static constexpr int OFF_DO = OFF_Q + STAGES * Q_BYTES;
     /* dS^T: two buffers alternating per block when the consumers split the
-     * keys; at D 256 one, plus one for P^T (see the consumer). */
+     * keys; at D 192 and 256 one, plus one for P^T (see the consumer). */
     static constexpr int DS_BUFS = SPLIT_KEYS ? 2 : 1;
     static constexpr int OFF_DS = OFF_DO + STAGES * Q_BYTES;
     static constexpr int OFF_PT = OFF_DS + DS_BUFS * DS_BYTES;
@@ -121,7 +133,7 @@ struct Sm90BwdConfig {
 };
 
 /* Named barriers between the two consumer warpgroups (0 is __syncthreads),
- * each passed by both: both halves of dS^T written; and at D 256, where one
+ * each passed by both: both halves of dS^T written; and at D 192 and 256, where one
  * warpgroup forms P^T and the other dS^T: P^T written, dS^T written (there
  * the two pass each barrier at different places in the code, so not with
  * the aligned bar.sync: named_bar_sync_apart). */
@@ -180,8 +192,9 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_
     for (int s = 0; s < Cfg::SLABS; ++s) {
         /* varlen: a block crossing the sequence end also brings the next
          * sequence's first keys; the consumers mask them */
-        tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_SLAB, &p.tm_k, kv_full, s * 64, sq.k_row0 + w.n0, hk, sq.map_b);
-        tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_SLAB, &p.tm_v, kv_full, s * 64, sq.k_row0 + w.n0, hk, sq.map_b);
+        const int col = s * Cfg::SLAB_COLS;
+        tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_SLAB, &p.tm_k, kv_full, col, sq.k_row0 + w.n0, hk, sq.map_b);
+        tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_SLAB, &p.tm_v, kv_full, col, sq.k_row0 + w.n0, hk, sq.map_b);
     }
     for (int k = 0; k < w.total; ++k) {
         int head, m_block;
@@ -195,8 +208,9 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_
         for (int s = 0; s < Cfg::SLABS; ++s) {
             const int slab = stage * Cfg::Q_BYTES + s * Cfg::Q_SLAB;
             /* rows past the sequence end have lse2 = +inf: their P is 0 */
-            tma_load_4d(smem + Cfg::OFF_Q + slab, &p.tm_q, full, s * 64, sq.q_row0 + row0, head, sq.map_b);
-            tma_load_4d(smem + Cfg::OFF_DO + slab, &p.tm_do, full, s * 64, sq.q_row0 + row0, head, sq.map_b);
+            const int col = s * Cfg::SLAB_COLS;
+            tma_load_4d(smem + Cfg::OFF_Q + slab, &p.tm_q, full, col, sq.q_row0 + row0, head, sq.map_b);
+            tma_load_4d(smem + Cfg::OFF_DO + slab, &p.tm_do, full, col, sq.q_row0 + row0, head, sq.map_b);
         }
         const int64_t rows = ((int64_t)b * p.hq + head) * p.sq_pad + row0; /* padded: whole blocks exist */
         bulk_load(smem + Cfg::OFF_LSE + stage * Cfg::ROW_BYTES, p.lse2 + rows, Cfg::ROW_BYTES, full);
@@ -211,19 +225,24 @@ __device__ __forceinline__ void red_add_v2(float *dst, float x0, float x1) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(x0), "f"(x1) : "memory");
 }
 
+/* The descriptors of the column-slab tiles (Q, dO, K, V). */
+template <class Cfg> using Sm90BwdDesc = DescSw<Cfg::SW>;
+
 /* acc (64 keys x N) = A B^T over the head dim: A = this warpgroup's 64 rows
  * of K or V, B = the N rows of Q or dO; both K-major. */
 template <class Cfg, int N>
 __device__ __forceinline__ void sm90_bwd_issue_ss(float *acc, uint32_t a_addr, uint32_t b_addr, uint32_t b_slab) {
-    const DescSw128 ad(a_addr, 16), bd(b_addr, 16);
+    const Sm90BwdDesc<Cfg> ad(a_addr, 16), bd(b_addr, 16);
+    constexpr int STEPS = Cfg::SW / 32; /* k-steps (16 columns, 32 bytes) a slab */
 #pragma unroll
     for (int k = 0; k < Cfg::D / 16; ++k) {
-        const uint32_t off = (k % 4) * 32; /* 16 columns = 32 bytes inside slab k / 4 */
-        wgmma_ss<N, Cfg::BF16, false>(acc, ad.at((k / 4) * Cfg::KV_SLAB + off), bd.at((k / 4) * b_slab + off), k > 0);
+        const uint32_t off = (k % STEPS) * 32; /* inside slab k / STEPS */
+        wgmma_ss<N, Cfg::BF16, false>(acc, ad.at((k / STEPS) * Cfg::KV_SLAB + off),
+                                      bd.at((k / STEPS) * b_slab + off), k > 0);
     }
 }
 
-/* The same product issued alone and waited for (head dim 256, where each
+/* The same product issued alone and waited for (head dims 192 and 256, where each
  * consumer forms one of S^T and dP^T): acc is the caller's when it returns. */
 template <class Cfg, int N>
 __device__ __forceinline__ void sm90_bwd_ss_sync(float *acc, uint32_t a_addr, uint32_t b_addr, uint32_t b_slab) {
@@ -237,12 +256,13 @@ __device__ __forceinline__ void sm90_bwd_ss_sync(float *acc, uint32_t a_addr, ui
 
 /* acc (64 keys x DKV_N) += A B: A = 64 x BM from registers (P^T or dS^T),
  * B = DKV_N columns of the BM-row tile of dO or Q, MN-major: k-step c is its
- * rows 16c..16c+15, its 64-column slabs Q_SLAB bytes apart. */
+ * rows 16c..16c+15, its column slabs Q_SLAB bytes apart. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_issue_rs(float *acc, const uint32_t *a, uint32_t b_addr) {
-    const DescSw128 bd(b_addr, Cfg::Q_SLAB);
+    const Sm90BwdDesc<Cfg> bd(b_addr, Cfg::Q_SLAB);
 #pragma unroll
-    for (int c = 0; c < Cfg::BM / 16; ++c) wgmma_rs<Cfg::DKV_N, Cfg::BF16, false>(acc, a + 4 * c, bd.at(c * 16 * 128), 1);
+    for (int c = 0; c < Cfg::BM / 16; ++c)
+        wgmma_rs<Cfg::DKV_N, Cfg::BF16, false>(acc, a + 4 * c, bd.at(c * 16 * Cfg::SW), 1);
 }
 
 /* dV += P^T dO and dK += dS^T Q with P^T, dS^T from registers (one commit
@@ -308,10 +328,11 @@ __device__ __forceinline__ void sm90_bwd_probs(float *St, const float *lse2, con
  * keys = 16 rows), B = K's slabs as MN-major; no commit. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_issue_dq(float *dQ, uint32_t ds_a, uint32_t k_b) {
-    const DescSw128 ad(ds_a, Cfg::DS_SLAB), bd(k_b, Cfg::KV_SLAB);
+    const DescSw128 ad(ds_a, Cfg::DS_SLAB);
+    const Sm90BwdDesc<Cfg> bd(k_b, Cfg::KV_SLAB);
 #pragma unroll
     for (int kk = 0; kk < Cfg::BN / 16; ++kk)
-        wgmma_ss_tt<Cfg::DQ_N, Cfg::BF16>(dQ, ad.at(kk * 16 * 128), bd.at(kk * 16 * 128), kk > 0);
+        wgmma_ss_tt<Cfg::DQ_N, Cfg::BF16>(dQ, ad.at(kk * 16 * 128), bd.at(kk * 16 * Cfg::SW), kk > 0);
 }
 
 /* dQ * scale into the accumulator through shared memory: this warpgroup's
@@ -360,12 +381,12 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
     const Sm90BwdWork w = sm90_bwd_work<Cfg>(p, sq, n_block);
 
     const uint32_t k_addr = smem_addr(smem + Cfg::OFF_K), v_addr = smem_addr(smem + Cfg::OFF_V);
-    const uint32_t kv_rows = wg_keys * 128; /* this warpgroup's 64 rows inside each K / V slab */
+    const uint32_t kv_rows = wg_keys * Cfg::SW; /* this warpgroup's 64 rows inside each K / V slab */
     /* dQ: this warpgroup's rows (D 64) or columns of it, and where its operands start */
     const int dq_row = (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64) + warp * 16 + g;
     const int dq_col = (Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0) + quad_col;
     const uint32_t dq_a_off = Cfg::DQ_SPLIT_COLS ? 0 : wg * Cfg::DS_SLAB;
-    const uint32_t dq_b = k_addr + (Cfg::DQ_SPLIT_COLS ? wg * (Cfg::DQ_N / 64) * Cfg::KV_SLAB : 0);
+    const uint32_t dq_b = k_addr + (Cfg::DQ_SPLIT_COLS ? wg * (Cfg::DQ_N / Cfg::SLAB_COLS) * Cfg::KV_SLAB : 0);
 
     float dK[Cfg::DKV_N / 2], dV[Cfg::DKV_N / 2];
 #pragma unroll
@@ -381,7 +402,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         const float *lse2 = reinterpret_cast<const float *>(smem + Cfg::OFF_LSE + stage * Cfg::ROW_BYTES);
         const float *delta = reinterpret_cast<const float *>(smem + Cfg::OFF_DELTA + stage * Cfg::ROW_BYTES);
         uint8_t *ds = smem + Cfg::OFF_DS + (k % Cfg::DS_BUFS) * Cfg::DS_BYTES; /* dS^T */
-        const uint32_t cols = (dkv_col0 / 64) * Cfg::Q_SLAB; /* first slab of this warpgroup's dK / dV columns */
+        const uint32_t cols = (dkv_col0 / Cfg::SLAB_COLS) * Cfg::Q_SLAB; /* first slab of this warpgroup's dK / dV columns */
         const int m0 = m_block * Cfg::BM;
         uint32_t Pa[Cfg::BM / 4], dSa[Cfg::BM / 4]; /* P^T, dS^T as 16-bit A fragments */
         float dQ[Cfg::DQ_N / 2];
@@ -429,7 +450,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             wgmma_commit();
             wgmma_wait<1>(); /* dV, dK done */
         } else if (wg == 0) {
-            /* D 256, the S warpgroup: S^T = K Q^T, P^T, shared with the other
+            /* D 192 and 256, the S warpgroup: S^T = K Q^T, P^T, shared with the other
              * warpgroup through shared memory; dV's columns from registers,
              * dK's with dS^T from shared memory. */
             uint8_t *pt = smem + Cfg::OFF_PT;
@@ -453,15 +474,16 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             fence_regs<Cfg::DQ_N / 2>(dQ);
             wgmma_fence();
             /* dK += dS^T Q: A = dS^T K-major (16 queries = 32 bytes a k-step), B = Q MN-major */
-            const DescSw128 dsd(smem_addr(ds), 16), qd(q_addr + cols, Cfg::Q_SLAB);
+            const DescSw128 dsd(smem_addr(ds), 16);
+            const Sm90BwdDesc<Cfg> qd(q_addr + cols, Cfg::Q_SLAB);
 #pragma unroll
             for (int c = 0; c < Cfg::BM / 16; ++c)
-                wgmma_ss_kt<Cfg::DKV_N, Cfg::BF16>(dK, dsd.at(c * 32), qd.at(c * 16 * 128), 1);
+                wgmma_ss_kt<Cfg::DKV_N, Cfg::BF16>(dK, dsd.at(c * 32), qd.at(c * 16 * Cfg::SW), 1);
             sm90_bwd_issue_dq<Cfg>(dQ, smem_addr(ds) + dq_a_off, dq_b);
             wgmma_commit();
             wgmma_wait<0>();
         } else {
-            /* D 256, the dP warpgroup: dP^T = V dO^T, P^T from the S
+            /* D 192 and 256, the dP warpgroup: dP^T = V dO^T, P^T from the S
              * warpgroup, dS^T; dV's and dK's columns from registers. */
             const uint8_t *pt = smem + Cfg::OFF_PT;
             float dPt[Cfg::BM / 2];

@@ -154,6 +154,21 @@ __device__ __forceinline__ void wgmma_ss_tt_m64n64_bf16(float *d, uint64_t desc_
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+/* D(64x96) (+)= A(64x16, smem, MN-major) * B(16x96, smem, MN-major) */
+__device__ __forceinline__ void wgmma_ss_tt_m64n96_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
 /* D(64x128) (+)= A(64x16, smem, MN-major) * B(16x128, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n128_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -168,6 +183,21 @@ __device__ __forceinline__ void wgmma_ss_tt_m64n128_bf16(float *d, uint64_t desc
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+/* D(64x96) (+)= A(64x16, smem, K-major) * B(16x96, smem, MN-major) */
+__device__ __forceinline__ void wgmma_ss_kt_m64n96_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
@@ -332,6 +362,21 @@ __device__ __forceinline__ void wgmma_ss_tt_m64n64_f16(float *d, uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+/* D(64x96) (+)= A(64x16, smem, MN-major) * B(16x96, smem, MN-major) */
+__device__ __forceinline__ void wgmma_ss_tt_m64n96_f16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
 /* D(64x128) (+)= A(64x16, smem, MN-major) * B(16x128, smem, MN-major) */
 __device__ __forceinline__ void wgmma_ss_tt_m64n128_f16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -346,6 +391,21 @@ __device__ __forceinline__ void wgmma_ss_tt_m64n128_f16(float *d, uint64_t desc_
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+/* D(64x96) (+)= A(64x16, smem, K-major) * B(16x96, smem, MN-major) */
+__device__ __forceinline__ void wgmma_ss_kt_m64n96_f16(float *d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
@@ -462,7 +522,9 @@ __device__ __forceinline__ void wgmma_rs_k(float *d, const uint32_t *a, uint64_t
 /* D(64xN) (+)= A B, both from shared memory, A K-major, B MN-major. */
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_kt(float *d, uint64_t da, uint64_t db, int accumulate) {
-    static_assert(N == 128, "wgmma_ss_kt: no wrapper generated for this N");
+    static_assert(N == 96 || N == 128, "wgmma_ss_kt: no wrapper generated for this N");
+    if constexpr (N == 96 && BF16) wgmma_ss_kt_m64n96_bf16(d, da, db, accumulate);
+    if constexpr (N == 96 && !BF16) wgmma_ss_kt_m64n96_f16(d, da, db, accumulate);
     if constexpr (N == 128 && BF16) wgmma_ss_kt_m64n128_bf16(d, da, db, accumulate);
     if constexpr (N == 128 && !BF16) wgmma_ss_kt_m64n128_f16(d, da, db, accumulate);
 }
@@ -470,9 +532,11 @@ __device__ __forceinline__ void wgmma_ss_kt(float *d, uint64_t da, uint64_t db, 
 /* D(64xN) (+)= A B, both from shared memory, both MN-major. */
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss_tt(float *d, uint64_t da, uint64_t db, int accumulate) {
-    static_assert(N == 64 || N == 128, "wgmma_ss_tt: no wrapper generated for this N");
+    static_assert(N == 64 || N == 96 || N == 128, "wgmma_ss_tt: no wrapper generated for this N");
     if constexpr (N == 64 && BF16) wgmma_ss_tt_m64n64_bf16(d, da, db, accumulate);
     if constexpr (N == 64 && !BF16) wgmma_ss_tt_m64n64_f16(d, da, db, accumulate);
+    if constexpr (N == 96 && BF16) wgmma_ss_tt_m64n96_bf16(d, da, db, accumulate);
+    if constexpr (N == 96 && !BF16) wgmma_ss_tt_m64n96_f16(d, da, db, accumulate);
     if constexpr (N == 128 && BF16) wgmma_ss_tt_m64n128_bf16(d, da, db, accumulate);
     if constexpr (N == 128 && !BF16) wgmma_ss_tt_m64n128_f16(d, da, db, accumulate);
 }
