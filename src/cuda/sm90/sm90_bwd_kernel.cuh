@@ -25,7 +25,7 @@
  *   dQ   = dS K                           SS wgmma with both operands MN-major:
  *                                         dS^T is staged in shared memory
  * and adds dQ into a float32 accumulator (TMA bulk reductions from shared
- * memory up to head dim 128, vector reductions at 192 and 256). Each
+ * memory up to head dim 192, vector reductions at 256). Each
  * warpgroup forms 64 of dQ's rows (head dim 64, BM = 128) or half of its
  * columns (head dims 128 to 256, BM = 64).
  *
@@ -92,12 +92,11 @@ struct Sm90BwdConfig {
     static constexpr int SW = DKV_N % 64 == 0 && DQ_N % 64 == 0 ? 128 : 64;
     static constexpr int SLAB_COLS = SW / 2; /* 16-bit columns of a slab */
     static constexpr int SLABS = D / SLAB_COLS;
-    /* dQ leaves through shared memory with TMA bulk reductions (64 x 64 per
-     * consumer, as two 32-column boxes) up to D 128; at D 256 the shared
-     * memory is full, and at D 192 and 256 each thread adds its values with
-     * vector reductions. */
-    static constexpr bool DQ_TMA = SPLIT_KEYS;
-    static constexpr int DQ_STAGE = 64 * 64 * 4; /* one consumer's staged dQ */
+    /* dQ leaves through shared memory with TMA bulk reductions (64 x DQ_N
+     * per consumer, as 32-column boxes) when it fits; at D 256 the shared
+     * memory is full and each thread adds its values with vector reductions. */
+    static constexpr bool DQ_TMA = D <= 192;
+    static constexpr int DQ_STAGE = 64 * DQ_N * 4; /* one consumer's staged dQ */
 
     static constexpr int Q_SLAB = BM * SW;  /* one slab of a Q or dO tile */
     static constexpr int KV_SLAB = BN * SW; /* one slab of K or V */
@@ -122,6 +121,7 @@ struct Sm90BwdConfig {
     static constexpr int OFF_BAR = OFF_DELTA + STAGES * ROW_BYTES;
     static constexpr int NUM_BARS = 1 + 2 * STAGES; /* kv_full, rows_full[], rows_empty[] */
     static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024; /* + 1024: base rounded to the swizzle atom */
+    static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the opt-in limit");
     /* transaction bytes of one ring stage: Q, dO, lse2, Delta */
     static constexpr uint32_t STAGE_TX = 2 * Q_BYTES + 2 * ROW_BYTES;
 
@@ -336,24 +336,29 @@ __device__ __forceinline__ void sm90_bwd_issue_dq(float *dQ, uint32_t ds_a, uint
 }
 
 /* dQ * scale into the accumulator through shared memory: this warpgroup's
- * 64 x 64 block staged as two 128B-swizzled 32-column boxes (conflict-free:
+ * 64 x DQ_N block staged as 128B-swizzled 32-column boxes (conflict-free:
  * a quad's column pairs share 16-byte chunks, its 8 rows are spread by the
- * swizzle), then one thread adds both boxes with TMA bulk reductions. The
+ * swizzle), then one thread adds the boxes with TMA bulk reductions. The
  * caller guarantees the previous reduction has finished reading the stage. */
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_reduce_dq(const Sm90BwdParams &p, const float *dQ, uint8_t *stage, int wg,
                                                    int tid, int row_in_wg, int quad_col, int64_t acc_row, int acc_col) {
 #pragma unroll
     for (int i = 0; i < Cfg::DQ_N / 2; i += 2) {
-        const int r = row_in_wg + 8 * ((i / 2) % 2), c = 8 * (i / 4) + quad_col; /* c: 0..63 */
+        const int r = row_in_wg + 8 * ((i / 2) % 2), c = 8 * (i / 4) + quad_col; /* c: 0..DQ_N-1 */
         const uint32_t off = (c / 32) * (64 * 128) + r * 128 + ((((c % 32) / 4) ^ (r % 8)) * 16) + (c % 4) * 4;
         *reinterpret_cast<float2 *>(stage + off) = make_float2(dQ[i] * p.scale, dQ[i + 1] * p.scale);
     }
     fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
     named_bar_sync(BWD_BAR_DQ0 + wg, 128);
     if (tid == 0) {
+        /* the boxes one by one, not in a loop (whose form moved ptxas's
+         * schedule of the head-dim-64 and 128 kernels) */
+        static_assert(Cfg::DQ_N == 64 || Cfg::DQ_N == 96, "dQ staged as two or three 32-column boxes");
         tma_reduce_add_2d(&p.tm_dq, stage, acc_col, (int)acc_row);
         tma_reduce_add_2d(&p.tm_dq, stage + 64 * 128, acc_col + 32, (int)acc_row);
+        if constexpr (Cfg::DQ_N == 96) /* head dim 192 */
+            tma_reduce_add_2d(&p.tm_dq, stage + 2 * (64 * 128), acc_col + 64, (int)acc_row);
         tma_store_commit();
     }
 }
@@ -409,8 +414,8 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
 
         mbar_wait(&rows_full[stage], (k / Cfg::STAGES) & 1);
         /* The previous block's dQ reduction must have read its stage before
-         * this block's dQ goes there; the dS^T barrier below tells the
-         * warpgroup's other threads. */
+         * this block's dQ goes there; the dS^T barrier below (P^T's at head
+         * dim 192) tells the warpgroup's other threads. */
         if (Cfg::DQ_TMA && tid == 0) tma_store_wait_read();
 
         if constexpr (Cfg::SPLIT_KEYS) {
@@ -523,7 +528,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         if constexpr (Cfg::DQ_TMA)
             sm90_bwd_reduce_dq<Cfg>(p, dQ, smem + Cfg::OFF_DQ + wg * Cfg::DQ_STAGE, wg, tid, warp * 16 + g, quad_col,
                                     ((int64_t)b * p.hq + head) * p.sq_pad + m0 + (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64),
-                                    Cfg::DQ_SPLIT_COLS ? wg * 64 : 0);
+                                    Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0);
         else
             sm90_bwd_add_dq<Cfg>(p, dQ, b, head, m0 + dq_row, dq_col);
     }
