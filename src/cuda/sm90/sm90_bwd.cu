@@ -118,7 +118,7 @@ static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams 
     k->lse2 = (const float *)w;
     k->delta = (const float *)(w ? w + bwd_round(rows * 4) : NULL);
     k->dq_accum = (float *)(w ? w + 2 * bwd_round(rows * 4) : NULL);
-    if (bwd_padded_head_dim(p) <= 192 && !bwd_make_dq_map(x ? &k->tm_dq : NULL, p, k->dq_accum)) return 0; /* DQ_TMA */
+    if (!bwd_make_dq_map(x ? &k->tm_dq : NULL, p, k->dq_accum)) return 0;
     k->dk = p->dk.data;
     k->dv = p->dv.data;
     k->dk_sb = p->dk.sb;

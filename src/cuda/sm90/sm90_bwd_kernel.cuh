@@ -25,7 +25,7 @@
  *   dQ   = dS K                           SS wgmma with both operands MN-major:
  *                                         dS^T is staged in shared memory
  * and adds dQ into a float32 accumulator (TMA bulk reductions from shared
- * memory up to head dim 192, vector reductions at 256). Each
+ * memory; at head dim 256 staged in the ring stage just used). Each
  * warpgroup forms 64 of dQ's rows (head dim 64, BM = 128) or half of its
  * columns (head dims 128 to 256, BM = 64).
  *
@@ -93,9 +93,12 @@ struct Sm90BwdConfig {
     static constexpr int SLAB_COLS = SW / 2; /* 16-bit columns of a slab */
     static constexpr int SLABS = D / SLAB_COLS;
     /* dQ leaves through shared memory with TMA bulk reductions (64 x DQ_N
-     * per consumer, as 32-column boxes) when it fits; at D 256 the shared
-     * memory is full and each thread adds its values with vector reductions. */
-    static constexpr bool DQ_TMA = D <= 192;
+     * per consumer, as 32-column boxes). At D 256, where the shared memory is
+     * full, each consumer stages it in the ring stage it has just used (Q's
+     * tile for consumer 0, dO's for consumer 1: 32 KB each, the size of a
+     * staged 64 x 128 float32 block), and the stage goes back to the
+     * producer once the reductions have read it. */
+    static constexpr bool DQ_IN_RING = D == 256;
     static constexpr int DQ_STAGE = 64 * DQ_N * 4; /* one consumer's staged dQ */
 
     static constexpr int Q_SLAB = BM * SW;  /* one slab of a Q or dO tile */
@@ -116,12 +119,13 @@ struct Sm90BwdConfig {
     static constexpr int OFF_DS = OFF_DO + STAGES * Q_BYTES;
     static constexpr int OFF_PT = OFF_DS + DS_BUFS * DS_BYTES;
     static constexpr int OFF_DQ = OFF_PT + (SPLIT_KEYS ? 0 : DS_BYTES);
-    static constexpr int OFF_LSE = OFF_DQ + (DQ_TMA ? 2 * DQ_STAGE : 0);
+    static constexpr int OFF_LSE = OFF_DQ + (DQ_IN_RING ? 0 : 2 * DQ_STAGE);
     static constexpr int OFF_DELTA = OFF_LSE + STAGES * ROW_BYTES;
     static constexpr int OFF_BAR = OFF_DELTA + STAGES * ROW_BYTES;
     static constexpr int NUM_BARS = 1 + 2 * STAGES; /* kv_full, rows_full[], rows_empty[] */
     static constexpr int SMEM_BYTES = OFF_BAR + NUM_BARS * 8 + 1024; /* + 1024: base rounded to the swizzle atom */
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the opt-in limit");
+    static_assert(!DQ_IN_RING || DQ_STAGE == Q_BYTES, "dQ staged in a Q or dO tile");
     /* transaction bytes of one ring stage: Q, dO, lse2, Delta */
     static constexpr uint32_t STAGE_TX = 2 * Q_BYTES + 2 * ROW_BYTES;
 
@@ -137,7 +141,13 @@ struct Sm90BwdConfig {
  * warpgroup forms P^T and the other dS^T: P^T written, dS^T written (there
  * the two pass each barrier at different places in the code, so not with
  * the aligned bar.sync: named_bar_sync_apart). */
-enum { BWD_BAR_DS = 1, BWD_BAR_P_READY = 2, BWD_BAR_DS_READY = 3, BWD_BAR_DQ0 = 4 /* + warpgroup: its dQ staged */ };
+enum {
+    BWD_BAR_DS = 1,
+    BWD_BAR_P_READY = 2,
+    BWD_BAR_DS_READY = 3,
+    BWD_BAR_DQ0 = 4,      /* + warpgroup: its dQ staged */
+    BWD_BAR_RING_READ = 6 /* DQ_IN_RING: both consumers' products have read the stage's Q and dO */
+};
 
 /* One sequence of the batch (sm90_seq.cuh). */
 __device__ __forceinline__ Sm90Seq sm90_bwd_seq(const Sm90BwdParams &p, int b) {
@@ -219,11 +229,6 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_
 }
 
 /* ---- consumer ---------------------------------------------------------------- */
-
-/* Adds (x0, x1) to two adjacent floats of global memory in one request. */
-__device__ __forceinline__ void red_add_v2(float *dst, float x0, float x1) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(x0), "f"(x1) : "memory");
-}
 
 /* The descriptors of the column-slab tiles (Q, dO, K, V). */
 template <class Cfg> using Sm90BwdDesc = DescSw<Cfg::SW>;
@@ -354,23 +359,15 @@ __device__ __forceinline__ void sm90_bwd_reduce_dq(const Sm90BwdParams &p, const
     if (tid == 0) {
         /* the boxes one by one, not in a loop (whose form moved ptxas's
          * schedule of the head-dim-64 and 128 kernels) */
-        static_assert(Cfg::DQ_N == 64 || Cfg::DQ_N == 96, "dQ staged as two or three 32-column boxes");
+        static_assert(Cfg::DQ_N == 64 || Cfg::DQ_N == 96 || Cfg::DQ_N == 128, "dQ staged as 2-4 32-column boxes");
         tma_reduce_add_2d(&p.tm_dq, stage, acc_col, (int)acc_row);
         tma_reduce_add_2d(&p.tm_dq, stage + 64 * 128, acc_col + 32, (int)acc_row);
-        if constexpr (Cfg::DQ_N == 96) /* head dim 192 */
+        if constexpr (Cfg::DQ_N >= 96) /* head dims 192 and 256 */
             tma_reduce_add_2d(&p.tm_dq, stage + 2 * (64 * 128), acc_col + 64, (int)acc_row);
+        if constexpr (Cfg::DQ_N == 128) /* head dim 256 */
+            tma_reduce_add_2d(&p.tm_dq, stage + 3 * (64 * 128), acc_col + 96, (int)acc_row);
         tma_store_commit();
     }
-}
-
-/* dQ * scale into the accumulator (its padded rows and columns exist). */
-template <class Cfg>
-__device__ __forceinline__ void sm90_bwd_add_dq(const Sm90BwdParams &p, const float *dQ, int b, int head, int q_row0,
-                                                int q_col0) {
-    float *acc = p.dq_accum + (((int64_t)b * p.hq + head) * p.sq_pad + q_row0) * Cfg::D + q_col0;
-#pragma unroll
-    for (int i = 0; i < Cfg::DQ_N / 2; i += 2)
-        red_add_v2(acc + 8 * ((i / 2) % 2) * Cfg::D + 8 * (i / 4), dQ[i] * p.scale, dQ[i + 1] * p.scale);
 }
 
 template <class Cfg>
@@ -387,9 +384,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
 
     const uint32_t k_addr = smem_addr(smem + Cfg::OFF_K), v_addr = smem_addr(smem + Cfg::OFF_V);
     const uint32_t kv_rows = wg_keys * Cfg::SW; /* this warpgroup's 64 rows inside each K / V slab */
-    /* dQ: this warpgroup's rows (D 64) or columns of it, and where its operands start */
-    const int dq_row = (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64) + warp * 16 + g;
-    const int dq_col = (Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0) + quad_col;
+    /* dQ (this warpgroup's rows at D 64, else columns of it): where its operands start */
     const uint32_t dq_a_off = Cfg::DQ_SPLIT_COLS ? 0 : wg * Cfg::DS_SLAB;
     const uint32_t dq_b = k_addr + (Cfg::DQ_SPLIT_COLS ? wg * (Cfg::DQ_N / Cfg::SLAB_COLS) * Cfg::KV_SLAB : 0);
 
@@ -415,8 +410,13 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         mbar_wait(&rows_full[stage], (k / Cfg::STAGES) & 1);
         /* The previous block's dQ reduction must have read its stage before
          * this block's dQ goes there; the dS^T barrier below (P^T's at head
-         * dim 192) tells the warpgroup's other threads. */
-        if (Cfg::DQ_TMA && tid == 0) tma_store_wait_read();
+         * dims 192 and 256) tells the warpgroup's other threads. */
+        if (tid == 0) {
+            tma_store_wait_read();
+            /* DQ_IN_RING: the previous block's ring stage held that dQ; its
+             * last arrival, held back until now (below) */
+            if (Cfg::DQ_IN_RING && k > 0) mbar_arrive(&rows_empty[(k - 1) % Cfg::STAGES]);
+        }
 
         if constexpr (Cfg::SPLIT_KEYS) {
             /* S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys. */
@@ -521,18 +521,25 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         fence_regs<Cfg::DKV_N / 2>(dV);
         fence_regs<Cfg::DKV_N / 2>(dK);
         /* Q, dO, lse2 and Delta of this stage are free. Every thread arrives:
-         * an arrive releases only the arriving thread's own reads. */
-        mbar_arrive(&rows_empty[stage]);
+         * an arrive releases only the arriving thread's own reads. With
+         * DQ_IN_RING the stage also takes this block's dQ, so the thread that
+         * issues its reductions arrives once they have read it. */
+        if (!(Cfg::DQ_IN_RING && tid == 0)) mbar_arrive(&rows_empty[stage]);
         wgmma_wait<0>();
         fence_regs<Cfg::DQ_N / 2>(dQ);
-        if constexpr (Cfg::DQ_TMA)
-            sm90_bwd_reduce_dq<Cfg>(p, dQ, smem + Cfg::OFF_DQ + wg * Cfg::DQ_STAGE, wg, tid, warp * 16 + g, quad_col,
-                                    ((int64_t)b * p.hq + head) * p.sq_pad + m0 + (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64),
-                                    Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0);
-        else
-            sm90_bwd_add_dq<Cfg>(p, dQ, b, head, m0 + dq_row, dq_col);
+        uint8_t *dq_stage = smem + Cfg::OFF_DQ + wg * Cfg::DQ_STAGE;
+        if constexpr (Cfg::DQ_IN_RING) {
+            /* the other consumer's products have read Q and dO too */
+            named_bar_sync(BWD_BAR_RING_READ, 256);
+            dq_stage = smem + (wg == 0 ? Cfg::OFF_Q : Cfg::OFF_DO) + stage * Cfg::Q_BYTES;
+        }
+        sm90_bwd_reduce_dq<Cfg>(p, dQ, dq_stage, wg, tid, warp * 16 + g, quad_col,
+                                ((int64_t)b * p.hq + head) * p.sq_pad + m0 + (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64),
+                                Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0);
     }
-    if (Cfg::DQ_TMA && tid == 0) tma_store_wait_all(); /* shared memory must outlive the last reduction */
+    /* shared memory must outlive the last reduction (the ring's last
+     * arrivals are not needed: the producer has issued every load) */
+    if (tid == 0) tma_store_wait_all();
 
     /* dK = scale * sum dS^T Q and dV = sum P^T dO for the keys inside the
      * sequence (its lengths read again rather than kept through the loop). */
