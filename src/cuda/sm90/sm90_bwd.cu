@@ -21,15 +21,19 @@
 #include "sm90_host.cuh"
 
 template <bool BF16> using Sm90BwdCfgD64 = Sm90BwdConfig<64, 128, BF16>;
+template <bool BF16> using Sm90BwdCfgD96 = Sm90BwdConfig<96, 64, BF16>;
 template <bool BF16> using Sm90BwdCfgD128 = Sm90BwdConfig<128, 64, BF16>;
 template <bool BF16> using Sm90BwdCfgD192 = Sm90BwdConfig<192, 64, BF16>;
 template <bool BF16> using Sm90BwdCfgD256 = Sm90BwdConfig<256, 64, BF16>;
 
-static int bwd_padded_head_dim(const fa_problem *p) { return sm90_bwd_head_dim(p->D); }
+static int bwd_padded_head_dim(const fa_problem *p) { return sm90_kernel_head_dim(p->D); }
 static int bwd_block_m(const fa_problem *p) { return bwd_padded_head_dim(p) == 64 ? 128 : 64; }
 static int bwd_block_n(const fa_problem *p) { return bwd_padded_head_dim(p) > 128 ? 64 : 128; }
-/* The tiles' swizzle span (Sm90BwdConfig::SW): 64 bytes at head dim 192. */
-static int bwd_slab_bytes(const fa_problem *p) { return bwd_padded_head_dim(p) == 192 ? 64 : 128; }
+/* The tiles' swizzle span (Sm90BwdConfig::SW): 64 bytes at head dims 96 and 192. */
+static int bwd_slab_bytes(const fa_problem *p) {
+    const int d = bwd_padded_head_dim(p);
+    return d == 96 ? Sm90BwdCfgD96<true>::SW : d == 192 ? Sm90BwdCfgD192<true>::SW : 128;
+}
 /* query rows rounded up to whole blocks */
 static int64_t bwd_sq_pad(const fa_problem *p) {
     return (p->Sq + bwd_block_m(p) - 1) / bwd_block_m(p) * bwd_block_m(p);
@@ -203,11 +207,13 @@ extern "C" fa_status fa_sm90_bwd(const fa_problem *p, const fa_exec *x) {
     const int d = bwd_padded_head_dim(p);
     if (p->dtype == FA_BF16) {
         if (d == 64) return bwd_run<Sm90BwdCfgD64<true>, __nv_bfloat16>(p, x, k);
+        if (d == 96) return bwd_run<Sm90BwdCfgD96<true>, __nv_bfloat16>(p, x, k);
         if (d == 128) return bwd_run<Sm90BwdCfgD128<true>, __nv_bfloat16>(p, x, k);
         if (d == 192) return bwd_run<Sm90BwdCfgD192<true>, __nv_bfloat16>(p, x, k);
         return bwd_run<Sm90BwdCfgD256<true>, __nv_bfloat16>(p, x, k);
     }
     if (d == 64) return bwd_run<Sm90BwdCfgD64<false>, __half>(p, x, k);
+    if (d == 96) return bwd_run<Sm90BwdCfgD96<false>, __half>(p, x, k);
     if (d == 128) return bwd_run<Sm90BwdCfgD128<false>, __half>(p, x, k);
     if (d == 192) return bwd_run<Sm90BwdCfgD192<false>, __half>(p, x, k);
     return bwd_run<Sm90BwdCfgD256<false>, __half>(p, x, k);

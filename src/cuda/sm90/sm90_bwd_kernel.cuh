@@ -77,19 +77,27 @@ struct Sm90BwdConfig {
     static constexpr int BM = BM_;     /* query rows per block */
     static constexpr bool BF16 = BF16_;
     static constexpr int STAGES = 2;   /* query-block ring depth */
-    static_assert((BM == 128 && D == 64) || (BM == 64 && (D == 128 || D == 192 || D == 256)),
-                  "tile shapes: (D 64, BM 128), (D 128, 192 or 256, BM 64)");
+    static_assert((BM == 128 && D == 64) || (BM == 64 && (D == 96 || D == 128 || D == 192 || D == 256)),
+                  "tile shapes: (D 64, BM 128), (D 96, 128, 192 or 256, BM 64)");
     /* The consumers split the keys (64 each) or, at D 192 and 256, dK's and dV's columns. */
     static constexpr bool SPLIT_KEYS = D <= 128;
     static constexpr int BN = SPLIT_KEYS ? 128 : 64; /* keys per CTA */
     static constexpr int DKV_N = SPLIT_KEYS ? D : D / 2; /* dK / dV columns per consumer */
     /* dQ per consumer: 64 rows x DQ_N columns; split by rows (D 64) or columns. */
     static constexpr bool DQ_SPLIT_COLS = BM == 64;
-    static constexpr int DQ_N = DQ_SPLIT_COLS ? D / 2 : D;
+    /* Split by columns, consumer 1's start at DQ_COL1. At D 96 halves (48
+     * columns) would start inside a slab (below), so each consumer forms 64
+     * columns, consumer 1 from column 32: the middle 32 are formed twice and
+     * added by consumer 0 only (DQ_SKIP1: consumer 1's 32-column boxes left
+     * out). Consumer 0 paces the block either way. */
+    static constexpr int DQ_N = !DQ_SPLIT_COLS ? D : D == 96 ? 64 : D / 2;
+    static constexpr int DQ_COL1 = DQ_SPLIT_COLS ? D - DQ_N : 0;
+    static constexpr int DQ_SKIP1 = DQ_SPLIT_COLS ? (DQ_N - DQ_COL1) / 32 : 0;
     /* The column slabs' swizzle span: 128 bytes, or 64 where a consumer's
      * columns of dK, dV or dQ would start inside a 128-byte span (head dim
-     * 192: 96 columns each). */
-    static constexpr int SW = DKV_N % 64 == 0 && DQ_N % 64 == 0 ? 128 : 64;
+     * 192: 96 columns each; head dim 96: dK and dV's 96, dQ's from 32). */
+    static constexpr int SW = DKV_N % 64 == 0 && DQ_N % 64 == 0 && DQ_COL1 % 64 == 0 ? 128 : 64;
+    static_assert(DKV_N % 32 == 0 && DQ_N % 32 == 0 && DQ_COL1 % 32 == 0, "consumers' columns: whole 64-byte slabs");
     static constexpr int SLAB_COLS = SW / 2; /* 16-bit columns of a slab */
     static constexpr int SLABS = D / SLAB_COLS;
     /* dQ leaves through shared memory with TMA bulk reductions (64 x DQ_N
@@ -348,9 +356,11 @@ __device__ __forceinline__ void sm90_bwd_issue_dq(float *dQ, uint32_t ds_a, uint
 template <class Cfg>
 __device__ __forceinline__ void sm90_bwd_reduce_dq(const Sm90BwdParams &p, const float *dQ, uint8_t *stage, int wg,
                                                    int tid, int row_in_wg, int quad_col, int64_t acc_row, int acc_col) {
+    const int first = wg == 1 ? Cfg::DQ_SKIP1 : 0; /* the first box this warpgroup adds */
 #pragma unroll
     for (int i = 0; i < Cfg::DQ_N / 2; i += 2) {
         const int r = row_in_wg + 8 * ((i / 2) % 2), c = 8 * (i / 4) + quad_col; /* c: 0..DQ_N-1 */
+        if (c / 32 < first) continue;
         const uint32_t off = (c / 32) * (64 * 128) + r * 128 + ((((c % 32) / 4) ^ (r % 8)) * 16) + (c % 4) * 4;
         *reinterpret_cast<float2 *>(stage + off) = make_float2(dQ[i] * p.scale, dQ[i + 1] * p.scale);
     }
@@ -360,7 +370,8 @@ __device__ __forceinline__ void sm90_bwd_reduce_dq(const Sm90BwdParams &p, const
         /* the boxes one by one, not in a loop (whose form moved ptxas's
          * schedule of the head-dim-64 and 128 kernels) */
         static_assert(Cfg::DQ_N == 64 || Cfg::DQ_N == 96 || Cfg::DQ_N == 128, "dQ staged as 2-4 32-column boxes");
-        tma_reduce_add_2d(&p.tm_dq, stage, acc_col, (int)acc_row);
+        static_assert(Cfg::DQ_SKIP1 <= 1, "consumer 1 leaves out its first box at most");
+        if (first == 0) tma_reduce_add_2d(&p.tm_dq, stage, acc_col, (int)acc_row);
         tma_reduce_add_2d(&p.tm_dq, stage + 64 * 128, acc_col + 32, (int)acc_row);
         if constexpr (Cfg::DQ_N >= 96) /* head dims 192 and 256 */
             tma_reduce_add_2d(&p.tm_dq, stage + 2 * (64 * 128), acc_col + 64, (int)acc_row);
@@ -386,7 +397,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
     const uint32_t kv_rows = wg_keys * Cfg::SW; /* this warpgroup's 64 rows inside each K / V slab */
     /* dQ (this warpgroup's rows at D 64, else columns of it): where its operands start */
     const uint32_t dq_a_off = Cfg::DQ_SPLIT_COLS ? 0 : wg * Cfg::DS_SLAB;
-    const uint32_t dq_b = k_addr + (Cfg::DQ_SPLIT_COLS ? wg * (Cfg::DQ_N / Cfg::SLAB_COLS) * Cfg::KV_SLAB : 0);
+    const uint32_t dq_b = k_addr + wg * (Cfg::DQ_COL1 / Cfg::SLAB_COLS) * Cfg::KV_SLAB;
 
     float dK[Cfg::DKV_N / 2], dV[Cfg::DKV_N / 2];
 #pragma unroll
@@ -535,7 +546,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         }
         sm90_bwd_reduce_dq<Cfg>(p, dQ, dq_stage, wg, tid, warp * 16 + g, quad_col,
                                 ((int64_t)b * p.hq + head) * p.sq_pad + m0 + (Cfg::DQ_SPLIT_COLS ? 0 : wg * 64),
-                                Cfg::DQ_SPLIT_COLS ? wg * Cfg::DQ_N : 0);
+                                wg * Cfg::DQ_COL1);
     }
     /* shared memory must outlive the last reduction (the ring's last
      * arrivals are not needed: the producer has issued every load) */

@@ -60,7 +60,7 @@ static sm90_variant sm90_pick(const fa_problem *p) {
         if (p->D <= 64) return SM90_F8_D64;
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_M192;
     }
-    switch (sm90_fwd_head_dim(p->D)) {
+    switch (sm90_kernel_head_dim(p->D)) {
     case 64: return p->has_mask && p->Sq <= 2048 ? SM90_D64_M128 : SM90_D64_M192; /* docs/perf/sm90.md, items 30, 41, 144 */
     case 96: return SM90_D96;
     case 128: return SM90_D128;
