@@ -27,12 +27,13 @@
  * and adds dQ into a float32 accumulator (TMA bulk reductions from shared
  * memory; at head dim 256 staged in the ring stage just used). Each
  * warpgroup forms 64 of dQ's rows (head dim 64, BM = 128) or half of its
- * columns (head dims 128 to 256, BM = 64).
+ * columns (head dims 96 to 256, BM = 64; at 96 two overlapping 64s).
  *
  * Tiles of Q, dO, K and V lie in shared memory as column slabs of one
- * swizzle span (SW bytes) each, as TMA writes them. A consumer's half of the
- * columns must start on a slab: at head dim 192 a half is 96 columns, one
- * and a half 128-byte spans, so there the slabs are 64 bytes (32 columns).
+ * swizzle span (SW bytes) each, as TMA writes them. A consumer's columns
+ * must start on a slab: at head dim 192 its half is 96 columns, one and a
+ * half 128-byte spans, and at head dim 96 a row is one and a half, so there
+ * the slabs are 64 bytes (32 columns).
  *
  * Accumulator layout (wgmma m64nN, f32), thread t of the warpgroup, warp
  * w = t/32, g = (t%32)/4, q = t%4: register i holds
@@ -73,7 +74,7 @@ struct Sm90BwdParams {
 /* Compile-time tile shape and shared-memory plan. */
 template <int D_, int BM_, bool BF16_>
 struct Sm90BwdConfig {
-    static constexpr int D = D_;       /* head dim (= Dv), padded: 64, 128, 192 or 256 */
+    static constexpr int D = D_;       /* head dim (= Dv), padded: 64, 96, 128, 192 or 256 */
     static constexpr int BM = BM_;     /* query rows per block */
     static constexpr bool BF16 = BF16_;
     static constexpr int STAGES = 2;   /* query-block ring depth */
