@@ -26,14 +26,25 @@ template <bool BF16> using Sm90BwdCfgD128 = Sm90BwdConfig<128, 64, BF16>;
 template <bool BF16> using Sm90BwdCfgD192 = Sm90BwdConfig<192, 64, BF16>;
 template <bool BF16> using Sm90BwdCfgD256 = Sm90BwdConfig<256, 64, BF16>;
 
-static int bwd_padded_head_dim(const fa_problem *p) { return sm90_kernel_head_dim(p->D); }
-static int bwd_block_m(const fa_problem *p) { return bwd_padded_head_dim(p) == 64 ? 128 : 64; }
-static int bwd_block_n(const fa_problem *p) { return bwd_padded_head_dim(p) > 128 ? 64 : 128; }
-/* The tiles' swizzle span (Sm90BwdConfig::SW): 64 bytes at head dims 96 and 192. */
-static int bwd_slab_bytes(const fa_problem *p) {
-    const int d = bwd_padded_head_dim(p);
-    return d == 96 ? Sm90BwdCfgD96<true>::SW : d == 192 ? Sm90BwdCfgD192<true>::SW : 128;
+/* What the host needs of the kernel a problem runs (the same for both
+ * dtypes), read from its config rather than restated. */
+struct Sm90BwdShape {
+    int d;      /* the kernel's head dim (the dQ accumulator's row) */
+    int bm, bn; /* query rows per block, keys per CTA */
+    int sw;     /* the tiles' swizzle span in bytes (Sm90BwdConfig::SW) */
+};
+template <class Cfg> static Sm90BwdShape bwd_shape_of() { return {Cfg::D, Cfg::BM, Cfg::BN, Cfg::SW}; }
+static Sm90BwdShape bwd_shape(const fa_problem *p) {
+    switch (sm90_kernel_head_dim(p->D)) {
+    case 64: return bwd_shape_of<Sm90BwdCfgD64<true>>();
+    case 96: return bwd_shape_of<Sm90BwdCfgD96<true>>();
+    case 128: return bwd_shape_of<Sm90BwdCfgD128<true>>();
+    case 192: return bwd_shape_of<Sm90BwdCfgD192<true>>();
+    default: return bwd_shape_of<Sm90BwdCfgD256<true>>();
+    }
 }
+static int bwd_padded_head_dim(const fa_problem *p) { return bwd_shape(p).d; }
+static int bwd_block_m(const fa_problem *p) { return bwd_shape(p).bm; }
 /* query rows rounded up to whole blocks */
 static int64_t bwd_sq_pad(const fa_problem *p) {
     return (p->Sq + bwd_block_m(p) - 1) / bwd_block_m(p) * bwd_block_m(p);
@@ -106,13 +117,14 @@ static int bwd_make_dq_map(CUtensorMap *map, const fa_problem *p, float *accum) 
  * x NULL: only check that (no tensor map is encoded, no workspace yet). */
 static int bwd_fill_params(const fa_problem *p, const fa_exec *x, Sm90BwdParams *k) {
     memset(k, 0, sizeof(*k));
-    const int bm = bwd_block_m(p), bn = bwd_block_n(p);
+    const Sm90BwdShape shape = bwd_shape(p);
+    const int bm = shape.bm, bn = shape.bn;
     /* Varlen: the maps span the packed rows as one batch; each CTA adds its
      * sequence's first row to the row coordinate. */
     const int varlen = p->cu_seqlens_q != NULL;
     const int64_t map_b = varlen ? 1 : p->B;
     const int64_t rows_q = varlen ? p->total_q : p->Sq, rows_k = varlen ? p->total_k : p->Sk;
-    const int sw = bwd_slab_bytes(p);
+    const int sw = shape.sw;
     if (!sm90_make_map(x ? &k->tm_q : NULL, &p->q, p->dtype, map_b, rows_q, p->Hq, p->D, bm, sw)) return 0;
     if (!sm90_make_map(x ? &k->tm_do : NULL, &p->dout, p->dtype, map_b, rows_q, p->Hq, p->D, bm, sw)) return 0;
     if (!sm90_make_map(x ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, p->D, bn, sw)) return 0;
