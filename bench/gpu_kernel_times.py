@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""GPU time of the kernels of one forward call, ours against torch SDPA's
-CUDNN_ATTENTION backend, from torch.profiler (CUPTI): each contender settles
+"""GPU time of the kernels of one forward (or, with --pass bwd, backward)
+call, ours against torch SDPA's CUDNN_ATTENTION backend, from
+torch.profiler (CUPTI): each contender settles
 for 150 ms on its own, then 30 calls run back to back under the profiler and
 the durations of every kernel and memset they launch are summed per call.
 
@@ -12,7 +13,12 @@ profiled calls on the GPU (first kernel's start to last kernel's end, per
 call: the kernels and the gaps between them), and the same 30 calls timed
 with CUDA events without the profiler, right after.
 
-    python3 bench/gpu_kernel_times.py [--lib build/libflashattn.so]
+    python3 bench/gpu_kernel_times.py [--lib build/libflashattn.so] [--pass bwd]
+        [--cells D:causal:B:S,...] [--verbose]
+
+With --verbose each contender's kernels are listed with their median
+durations: for the backward, how much of a call is the main kernel and how
+much the passes around it (row statistics, dQ's zeroing and conversion).
 """
 import argparse
 import os
@@ -23,6 +29,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from gpu_vs_torch import FlashAttn, flops_fwd, fwd_against_cudnn, settle, time_ms  # noqa: E402
 
 # (head dim, batch, seqlen, causal): the standard grid's cells up to 2k and one at 4k
@@ -31,6 +39,39 @@ CELLS = [(64, 32, 512, True), (64, 16, 1024, True), (64, 8, 2048, True), (64, 32
          (256, 16, 1024, False), (256, 8, 2048, False), (256, 4, 4096, False), (256, 32, 512, True),
          (256, 16, 1024, True)]
 CALLS = 30
+
+
+def bwd_against_cudnn(lib, B, S, H, D, causal):
+    """Our backward and torch's CUDNN_ATTENTION backward (autograd through
+    SDPA) of one fresh bf16 problem, as two callables on torch's current
+    stream; both start from their own forward's output and lse."""
+    dev = torch.device("cuda")
+    q, k, v, dout = (torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(4))
+    out, lse = torch.empty_like(q), torch.empty(B, H, S, device=dev, dtype=torch.float32)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    lib.use_current_stream()
+    lib.fwd(q, k, v, causal, out, lse)()
+    bwd = lib.bwd(dout, q, k, v, out, lse, causal, dq, dk, dv)
+    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_(True) for x in (q, k, v))
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    doutt = dout.transpose(1, 2)
+
+    def ours(keep=(q, k, v, dout, out, lse, dq, dk, dv)):  # holds the memory bwd's views point into
+        bwd()
+
+    def cudnn():
+        torch.autograd.grad(o, (qt, kt, vt), doutt, retain_graph=True)
+    return ours, cudnn
+
+
+def parse_cells(text):
+    """D:causal:B:S,... (causal 0 or 1) as kernel_times' (D, B, S, causal) tuples."""
+    cells = []
+    for c in text.split(","):
+        d, causal, b, s = (int(x) for x in c.split(":"))
+        cells.append((d, b, s, bool(causal)))
+    return cells
 
 
 def kernel_us_per_call(fn):
@@ -60,15 +101,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashattn.so"))
     ap.add_argument("--verbose", action="store_true", help="print the kernels each contender ran")
+    ap.add_argument("--pass", dest="which", choices=("fwd", "bwd"), default="fwd",
+                    help="time the forward (default) or the backward")
+    ap.add_argument("--cells", help="D:causal:B:S,... (default: the grid's short cells listed in CELLS)")
     args = ap.parse_args()
     lib = FlashAttn(args.lib, "cuda")
+    cells = parse_cells(args.cells) if args.cells else CELLS
+    against = bwd_against_cudnn if args.which == "bwd" else fwd_against_cudnn
+    work = 2.5 if args.which == "bwd" else 1.0  # the backward's FLOPs, as in gpu_vs_torch
     print("us per call: kernels (summed durations) / span (kernels and gaps, profiled) / events (not profiled)")
     print("%-4s %-9s %-6s | %-23s %9s | %-23s %9s | %s" % ("D", "B x S", "causal", "ours us", "TFLOP/s", "cuDNN us",
                                                            "TFLOP/s", "cuDNN kernels / ours"))
-    for D, B, S, causal in CELLS:
+    for D, B, S, causal in cells:
         H = 2048 // D
-        ours, cudnn = fwd_against_cudnn(lib, B, S, H, D, causal)
-        fl = flops_fwd(B, H, S, D, causal)
+        ours, cudnn = against(lib, B, S, H, D, causal)
+        fl = flops_fwd(B, H, S, D, causal) * work
         t_ours, s_ours, e_ours, what_ours = kernel_us_per_call(ours)
         t_cudnn, s_cudnn, e_cudnn, what_cudnn = kernel_us_per_call(cudnn)
         print("%-4d %-9s %-6s | %7.1f %7.1f %7.1f %9.0f | %7.1f %7.1f %7.1f %9.0f | %.3f" % (

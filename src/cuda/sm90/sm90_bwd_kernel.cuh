@@ -187,14 +187,25 @@ __device__ __forceinline__ Sm90BwdWork sm90_bwd_work(const Sm90BwdParams &p, con
     return w;
 }
 
-/* Item k of the list: query head and query block. Key blocks start at
- * different query blocks so that concurrent CTAs add into different rows of
- * the dQ accumulator. */
-__device__ __forceinline__ void sm90_bwd_item(const Sm90BwdWork &w, int n_block, int hk, int q_per_kv, int k,
-                                              int &head, int &m_block) {
-    head = hk * q_per_kv + k / w.count;
-    m_block = w.m_lo + (k % w.count + n_block) % w.count;
-}
+/* The work list's items in order: item k is query head hk * q_per_kv + k /
+ * count and query block m_lo + (k % count + n_block) % count. Key blocks
+ * start at different query blocks so that concurrent CTAs add into
+ * different rows of the dQ accumulator. Stepped from one item to the next,
+ * not divided out for each: the divisions sat in front of each block's
+ * first products. */
+struct Sm90BwdItem {
+    int head, m_block; /* the current item */
+    int in_head;       /* its place among its head's items */
+    __device__ __forceinline__ Sm90BwdItem(const Sm90BwdWork &w, int n_block, int hk, int q_per_kv)
+        : head(hk * q_per_kv), m_block(w.count > 0 ? w.m_lo + n_block % w.count : 0), in_head(0) {}
+    __device__ __forceinline__ void next(const Sm90BwdWork &w) {
+        if (++m_block == w.m_lo + w.count) m_block = w.m_lo; /* after count steps it is back at the start */
+        if (++in_head == w.count) {
+            in_head = 0;
+            ++head;
+        }
+    }
+};
 
 /* ---- producer -------------------------------------------------------------- */
 
@@ -215,9 +226,9 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams &p, uint8_
         tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_SLAB, &p.tm_k, kv_full, col, sq.k_row0 + w.n0, hk, sq.map_b);
         tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_SLAB, &p.tm_v, kv_full, col, sq.k_row0 + w.n0, hk, sq.map_b);
     }
-    for (int k = 0; k < w.total; ++k) {
-        int head, m_block;
-        sm90_bwd_item(w, n_block, hk, p.q_per_kv, k, head, m_block);
+    Sm90BwdItem item(w, n_block, hk, p.q_per_kv);
+    for (int k = 0; k < w.total; ++k, item.next(w)) {
+        const int head = item.head, m_block = item.m_block;
         const int stage = k % Cfg::STAGES;
         /* a fresh barrier counts as having completed the phase before phase 0 */
         mbar_wait(&rows_empty[stage], ((k / Cfg::STAGES) & 1) ^ 1);
@@ -405,9 +416,9 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
     for (int i = 0; i < Cfg::DKV_N / 2; ++i) dK[i] = dV[i] = 0.f;
 
     if (w.total > 0) mbar_wait(kv_full, 0);
-    for (int k = 0; k < w.total; ++k) {
-        int head, m_block;
-        sm90_bwd_item(w, n_block, hk, p.q_per_kv, k, head, m_block);
+    Sm90BwdItem item(w, n_block, hk, p.q_per_kv);
+    for (int k = 0; k < w.total; ++k, item.next(w)) {
+        const int head = item.head, m_block = item.m_block;
         const int stage = k % Cfg::STAGES;
         const uint32_t q_addr = smem_addr(smem + Cfg::OFF_Q + stage * Cfg::Q_BYTES);
         const uint32_t do_addr = smem_addr(smem + Cfg::OFF_DO + stage * Cfg::Q_BYTES);
@@ -420,14 +431,18 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
         float dQ[Cfg::DQ_N / 2];
 
         mbar_wait(&rows_full[stage], (k / Cfg::STAGES) & 1);
-        /* The previous block's dQ reduction must have read its stage before
-         * this block's dQ goes there; the dS^T barrier below (P^T's at head
-         * dims 192 and 256) tells the warpgroup's other threads. */
-        if (tid == 0) {
+        /* The previous block's dQ reduction must have read its staging
+         * before this block's dQ goes there. The thread that issued it waits
+         * for that just before the dS^T barrier below (P^T's at head dim
+         * 192), which tells the warpgroup's other threads: by then the
+         * block's first products and its elementwise work lie between the
+         * two. Waited for here, in front of those products, the reduction's
+         * read delayed them. At head dim 256 (DQ_IN_RING) the staging was the
+         * previous block's ring stage, whose last arrival waits for the read
+         * too, so it goes back to the producer as early as it can. */
+        if (Cfg::DQ_IN_RING && tid == 0) {
             tma_store_wait_read();
-            /* DQ_IN_RING: the previous block's ring stage held that dQ; its
-             * last arrival, held back until now (below) */
-            if (Cfg::DQ_IN_RING && k > 0) mbar_arrive(&rows_empty[(k - 1) % Cfg::STAGES]);
+            if (k > 0) mbar_arrive(&rows_empty[(k - 1) % Cfg::STAGES]);
         }
 
         if constexpr (Cfg::SPLIT_KEYS) {
@@ -460,6 +475,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             sm90_bwd_store_pairs<Cfg>(ds, dSa, key_row, quad_col);
             sm90_bwd_issue_dv_dk<Cfg>(dV, dK, Pa, dSa, do_addr + cols, q_addr + cols);
             fence_proxy_async_smem(); /* generic-proxy writes -> visible to wgmma */
+            if (tid == 0) tma_store_wait_read(); /* the previous dQ staging read (above) */
             named_bar_sync(BWD_BAR_DS, 256); /* both halves of dS^T written */
             fence_regs<Cfg::DQ_N / 2>(dQ);
             wgmma_fence();
@@ -478,6 +494,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             for (int i = 0; i < Cfg::BM / 2; i += 2) Pa[i / 2] = pack2<elem16_t<Cfg::BF16>>(St[i], St[i + 1]);
             /* The dP warpgroup read the previous P^T before the last dS^T barrier. */
             sm90_bwd_store_pairs<Cfg>(pt, Pa, key_row, quad_col);
+            if (!Cfg::DQ_IN_RING && tid == 0) tma_store_wait_read(); /* the previous dQ staging read (above) */
             named_bar_sync_apart(BWD_BAR_P_READY, 256);
             fence_regs<Cfg::DKV_N / 2>(dV);
             fence_regs<Cfg::BM / 4>(Pa);
@@ -505,6 +522,7 @@ __device__ __forceinline__ void sm90_bwd_consumer(const Sm90BwdParams &p, uint8_
             const uint8_t *pt = smem + Cfg::OFF_PT;
             float dPt[Cfg::BM / 2];
             sm90_bwd_ss_sync<Cfg, Cfg::BM>(dPt, v_addr, do_addr, Cfg::Q_SLAB);
+            if (!Cfg::DQ_IN_RING && tid == 0) tma_store_wait_read(); /* the previous dQ staging read (above) */
             named_bar_sync_apart(BWD_BAR_P_READY, 256);
 #pragma unroll
             for (int j = 0; j < Cfg::BM / 4; ++j)
