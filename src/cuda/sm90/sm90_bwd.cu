@@ -59,35 +59,68 @@ static size_t bwd_accum_bytes(const fa_problem *p) { return bwd_rows(p) * (size_
 
 /* ---- companion kernels ----------------------------------------------------- */
 
-/* One warp per (padded row, head, batch). vec: Dv % 8 == 0 and out / dout rows
- * on 16 bytes, so each lane reads eight columns at a time. */
+/* Lanes per row of the companion kernels: enough for a row's 16-byte chunks
+ * (chunk_cols columns each), a power of two up to a warp. One warp per row
+ * left three quarters of it idle at head dim 64 (eight chunks a row), and the
+ * pass ran at half the rate of head dim 128's. */
+static int bwd_lanes_log2(int64_t cols, int chunk_cols) {
+    int l = 0;
+    while (l < 5 && ((int64_t)1 << l) * chunk_cols < cols) ++l;
+    return l;
+}
+
+/* Rows of (padded row, head, batch), 1 << lanes_log2 lanes each, several to
+ * a warp. vec: Dv % 8 == 0 and out / dout rows on 16 bytes, so each lane
+ * reads eight columns at a time (else lanes_log2 is 5: a warp a row). */
 template <typename T>
 __global__ void sm90_bwd_preprocess(const __grid_constant__ fa_problem p, float *lse2, float *delta, int sq_pad,
-                                    int vec) {
-    const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+                                    int vec, int lanes_log2) {
+    const int lane = threadIdx.x % 32, lanes = 1 << lanes_log2, sub = lane & (lanes - 1);
+    const int i = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 >> lanes_log2) + (lane >> lanes_log2);
     const int h = blockIdx.y, b = blockIdx.z;
     grid_launch_dependents(); /* the main kernel may launch; it waits for these rows */
     grid_dependency_wait();   /* launched early (bwd_run): the work ahead must be done */
-    if (i >= sq_pad) return;
+    /* no lane leaves before the group sums: every lane of the warp takes part */
+    const bool inside = i < fa_seqlen_q(&p, b); /* (seqlen_q <= Sq <= sq_pad) */
+    const float dot = bwd_group_sum(inside ? bwd_row_dot<T>(p, b, h, i, sub, lanes, vec) : 0.f, lanes);
+    if (sub != 0 || i >= sq_pad) return;
     const int64_t slot = ((int64_t)b * p.Hq + h) * sq_pad + i;
-    if (i >= fa_seqlen_q(&p, b)) { /* padding rows (and a varlen sequence's rows past its end): P = 0 */
-        if (lane == 0) { lse2[slot] = INFINITY; delta[slot] = 0.f; }
-        return;
+    if (inside)
+        bwd_row_store(p, b, h, i, dot, &lse2[slot], &delta[slot]);
+    else { /* padding rows (and a varlen sequence's rows past its end): P = 0 */
+        lse2[slot] = INFINITY;
+        delta[slot] = 0.f;
     }
-    bwd_row_stats<T>(p, b, h, i, lane, vec, &lse2[slot], &delta[slot]);
 }
 
-/* One warp per (row, head, batch): dq = accumulator (already scaled). */
+/* Rows of (row, head, batch), 1 << lanes_log2 lanes each: dq = accumulator
+ * (already scaled). vec: D % 4 == 0 and dq's rows on 8 bytes, so each lane
+ * converts four columns at a time (one 16-byte load of the accumulator, whose
+ * rows are whole 256-byte lines). */
 template <typename T>
-__global__ void sm90_bwd_convert(const __grid_constant__ fa_problem p, const float *dq_accum, int sq_pad, int dpad) {
-    const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+__global__ void sm90_bwd_convert(const __grid_constant__ fa_problem p, const float *dq_accum, int sq_pad, int dpad,
+                                 int vec, int lanes_log2) {
+    const int lane = threadIdx.x % 32, lanes = 1 << lanes_log2, sub = lane & (lanes - 1);
+    const int i = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 >> lanes_log2) + (lane >> lanes_log2);
     const int h = blockIdx.y, b = blockIdx.z;
     grid_launch_dependents(); /* whatever follows in the stream may launch and wait */
     grid_dependency_wait();   /* launched early (bwd_run): every dQ sum must be done */
     if (i >= fa_seqlen_q(&p, b)) return; /* also rows past Sq: seqlen_q <= Sq */
     const float *src = dq_accum + (((int64_t)b * p.Hq + h) * sq_pad + i) * dpad;
     T *dst = (T *)p.dq.data + fa_q_offset(&p, &p.dq, b, i, h);
-    for (int d = lane; d < p.D; d += 32) dst[d] = from_f32<T>(src[d]);
+    if (vec) {
+        for (int d = sub * 4; d < p.D; d += lanes * 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(src + d);
+            union { uint2 u; T e[4]; } out;
+            out.e[0] = from_f32<T>(v.x);
+            out.e[1] = from_f32<T>(v.y);
+            out.e[2] = from_f32<T>(v.z);
+            out.e[3] = from_f32<T>(v.w);
+            *reinterpret_cast<uint2 *>(dst + d) = out.u;
+        }
+    } else {
+        for (int d = sub; d < p.D; d += lanes) dst[d] = from_f32<T>(src[d]);
+    }
 }
 
 /* ---- host ------------------------------------------------------------------- */
@@ -194,17 +227,21 @@ static fa_status bwd_run(const fa_problem *p, const fa_exec *x, const Sm90BwdPar
      * start at once and waits for the one before it, so no launch gap
      * separates them (docs/perf/sm90.md, item 110) */
     const int vec = p->Dv % 8 == 0 && bwd_view_aligned(&p->out) && bwd_view_aligned(&p->dout);
-    /* the companions: a warp per (row, head, batch), eight rows a CTA */
-    const dim3 stat_grid((unsigned)((k.sq_pad + 7) / 8), (unsigned)p->Hq, (unsigned)p->B);
-    const dim3 dq_grid((unsigned)((p->Sq + 7) / 8), (unsigned)p->Hq, (unsigned)p->B);
+    /* the companions: eight warps a CTA, each on 32 >> lanes_log2 rows */
+    const int stat_lanes = vec ? bwd_lanes_log2(p->Dv, 8) : 5;
+    const int dq_vec = p->D % 4 == 0 && bwd_view_aligned(&p->dq);
+    const int dq_lanes = dq_vec ? bwd_lanes_log2(p->D, 4) : 5;
+    const int64_t stat_rows = 8 * (32 >> stat_lanes), dq_rows = 8 * (32 >> dq_lanes); /* a CTA's */
+    const dim3 stat_grid((unsigned)((k.sq_pad + stat_rows - 1) / stat_rows), (unsigned)p->Hq, (unsigned)p->B);
+    const dim3 dq_grid((unsigned)((p->Sq + dq_rows - 1) / dq_rows), (unsigned)p->Hq, (unsigned)p->B);
     const dim3 kv_grid((unsigned)((p->Sk + Cfg::BN - 1) / Cfg::BN), (unsigned)p->Hk, (unsigned)p->B);
     e = sm90_launch_kernel(sm90_bwd_preprocess<T>, stat_grid, dim3(256), 0, stream, true, *p, (float *)k.lse2,
-                           (float *)k.delta, k.sq_pad, vec);
+                           (float *)k.delta, k.sq_pad, vec, stat_lanes);
     if (e == cudaSuccess)
         e = sm90_launch_kernel(sm90_bwd_kernel<Cfg>, kv_grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream, true, k);
     if (e == cudaSuccess)
         e = sm90_launch_kernel(sm90_bwd_convert<T>, dq_grid, dim3(256), 0, stream, true, *p,
-                               (const float *)k.dq_accum, k.sq_pad, (int)Cfg::D);
+                               (const float *)k.dq_accum, k.sq_pad, (int)Cfg::D, dq_vec, dq_lanes);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 backward launch: %s", cudaGetErrorString(e));
     return FA_OK;
