@@ -69,14 +69,23 @@ static int bwd_lanes_log2(int64_t cols, int chunk_cols) {
     return l;
 }
 
+/* The row of (row, head, batch) this lane works on in a companion kernel,
+ * where eight warps a CTA each take 32 >> lanes_log2 rows of 1 << lanes_log2
+ * lanes (bwd_row_grid); *sub: the lane's place in its row's group. */
+__device__ __forceinline__ int bwd_row_of_lane(int lanes_log2, int *sub) {
+    const int lane = threadIdx.x % 32;
+    *sub = lane & ((1 << lanes_log2) - 1);
+    return (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 >> lanes_log2) + (lane >> lanes_log2);
+}
+
 /* Rows of (padded row, head, batch), 1 << lanes_log2 lanes each, several to
  * a warp. vec: Dv % 8 == 0 and out / dout rows on 16 bytes, so each lane
  * reads eight columns at a time (else lanes_log2 is 5: a warp a row). */
 template <typename T>
 __global__ void sm90_bwd_preprocess(const __grid_constant__ fa_problem p, float *lse2, float *delta, int sq_pad,
                                     int vec, int lanes_log2) {
-    const int lane = threadIdx.x % 32, lanes = 1 << lanes_log2, sub = lane & (lanes - 1);
-    const int i = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 >> lanes_log2) + (lane >> lanes_log2);
+    int sub;
+    const int i = bwd_row_of_lane(lanes_log2, &sub), lanes = 1 << lanes_log2;
     const int h = blockIdx.y, b = blockIdx.z;
     grid_launch_dependents(); /* the main kernel may launch; it waits for these rows */
     grid_dependency_wait();   /* launched early (bwd_run): the work ahead must be done */
@@ -100,8 +109,8 @@ __global__ void sm90_bwd_preprocess(const __grid_constant__ fa_problem p, float 
 template <typename T>
 __global__ void sm90_bwd_convert(const __grid_constant__ fa_problem p, const float *dq_accum, int sq_pad, int dpad,
                                  int vec, int lanes_log2) {
-    const int lane = threadIdx.x % 32, lanes = 1 << lanes_log2, sub = lane & (lanes - 1);
-    const int i = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 >> lanes_log2) + (lane >> lanes_log2);
+    int sub;
+    const int i = bwd_row_of_lane(lanes_log2, &sub), lanes = 1 << lanes_log2;
     const int h = blockIdx.y, b = blockIdx.z;
     grid_launch_dependents(); /* whatever follows in the stream may launch and wait */
     grid_dependency_wait();   /* launched early (bwd_run): every dQ sum must be done */
@@ -124,6 +133,13 @@ __global__ void sm90_bwd_convert(const __grid_constant__ fa_problem p, const flo
 }
 
 /* ---- host ------------------------------------------------------------------- */
+
+/* A companion kernel's grid over `rows` rows of every (head, batch): eight
+ * warps a CTA, each on 32 >> lanes_log2 rows (bwd_row_of_lane). */
+static dim3 bwd_row_grid(const fa_problem *p, int64_t rows, int lanes_log2) {
+    const int64_t per_cta = 8 * (32 >> lanes_log2);
+    return dim3((unsigned)((rows + per_cta - 1) / per_cta), (unsigned)p->Hq, (unsigned)p->B);
+}
 
 static int bwd_view_aligned(const fa_view *v) {
     return (uintptr_t)v->data % 16 == 0 && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0;
@@ -227,13 +243,10 @@ static fa_status bwd_run(const fa_problem *p, const fa_exec *x, const Sm90BwdPar
      * start at once and waits for the one before it, so no launch gap
      * separates them (docs/perf/sm90.md, item 110) */
     const int vec = p->Dv % 8 == 0 && bwd_view_aligned(&p->out) && bwd_view_aligned(&p->dout);
-    /* the companions: eight warps a CTA, each on 32 >> lanes_log2 rows */
     const int stat_lanes = vec ? bwd_lanes_log2(p->Dv, 8) : 5;
     const int dq_vec = p->D % 4 == 0 && bwd_view_aligned(&p->dq);
     const int dq_lanes = dq_vec ? bwd_lanes_log2(p->D, 4) : 5;
-    const int64_t stat_rows = 8 * (32 >> stat_lanes), dq_rows = 8 * (32 >> dq_lanes); /* a CTA's */
-    const dim3 stat_grid((unsigned)((k.sq_pad + stat_rows - 1) / stat_rows), (unsigned)p->Hq, (unsigned)p->B);
-    const dim3 dq_grid((unsigned)((p->Sq + dq_rows - 1) / dq_rows), (unsigned)p->Hq, (unsigned)p->B);
+    const dim3 stat_grid = bwd_row_grid(p, k.sq_pad, stat_lanes), dq_grid = bwd_row_grid(p, p->Sq, dq_lanes);
     const dim3 kv_grid((unsigned)((p->Sk + Cfg::BN - 1) / Cfg::BN), (unsigned)p->Hk, (unsigned)p->B);
     e = sm90_launch_kernel(sm90_bwd_preprocess<T>, stat_grid, dim3(256), 0, stream, true, *p, (float *)k.lse2,
                            (float *)k.delta, k.sq_pad, vec, stat_lanes);
