@@ -445,7 +445,11 @@ struct Sm90ExpPin {
 template <class Cfg, int REGS = Cfg::BN / 2>
 __device__ __forceinline__ void sm90_exp_turn(float *S, float *sub, const float *rescale, float *row_sum,
                                               float scale_log2, int my_exp, int next_exp, const Sm90ExpPin *pin) {
-    if constexpr (Cfg::EXP_TURN) named_bar_sync(my_exp, TURN_THREADS);
+    /* HALF_DIAG: a tile's first block takes one of three paths chosen per
+     * warp, so the warps of a warpgroup reach this barrier from different
+     * instructions, which the aligned bar.sync does not allow (synccheck) */
+    if constexpr (Cfg::EXP_TURN && Cfg::HALF_DIAG) named_bar_sync_apart(my_exp, TURN_THREADS);
+    if constexpr (Cfg::EXP_TURN && !Cfg::HALF_DIAG) named_bar_sync(my_exp, TURN_THREADS);
     if (Cfg::EXP_TURN && pin) {
         const int zero = *reinterpret_cast<volatile const int *>(pin->zero);
         sub[0] = __int_as_float(__float_as_int(sub[0]) | zero);
@@ -453,7 +457,8 @@ __device__ __forceinline__ void sm90_exp_turn(float *S, float *sub, const float 
     }
     sm90_softmax_exp<Cfg, REGS>(S, sub, rescale, row_sum, scale_log2);
     if (Cfg::EXP_TURN && pin) *reinterpret_cast<volatile float *>(pin->sum) = row_sum[0] + row_sum[1];
-    if constexpr (Cfg::EXP_TURN) named_bar_arrive(next_exp, TURN_THREADS);
+    if constexpr (Cfg::EXP_TURN && Cfg::HALF_DIAG) named_bar_arrive_apart(next_exp, TURN_THREADS);
+    if constexpr (Cfg::EXP_TURN && !Cfg::HALF_DIAG) named_bar_arrive(next_exp, TURN_THREADS);
 }
 
 /* Block n's scores to probabilities: softcap, mask, the online softmax; with

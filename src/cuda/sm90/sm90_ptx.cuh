@@ -185,6 +185,11 @@ __device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t nthreads)
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
 }
 
+/* bar.arrive's unaligned form (see named_bar_sync_apart). */
+__device__ __forceinline__ void named_bar_arrive_apart(uint32_t id, uint32_t nthreads) {
+    asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+
 /* bar.sync that also returns whether pred was true in any participating thread. */
 __device__ __forceinline__ bool named_bar_sync_or(uint32_t id, uint32_t nthreads, bool pred) {
     uint32_t any;
