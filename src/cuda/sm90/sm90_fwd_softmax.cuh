@@ -448,8 +448,12 @@ __device__ __forceinline__ void sm90_exp_turn(float *S, float *sub, const float 
     /* HALF_DIAG: a tile's first block takes one of three paths chosen per
      * warp, so the warps of a warpgroup reach this barrier from different
      * instructions, which the aligned bar.sync does not allow (synccheck) */
-    if constexpr (Cfg::EXP_TURN && Cfg::HALF_DIAG) named_bar_sync_apart(my_exp, TURN_THREADS);
-    if constexpr (Cfg::EXP_TURN && !Cfg::HALF_DIAG) named_bar_sync(my_exp, TURN_THREADS);
+    if constexpr (Cfg::EXP_TURN) {
+        if constexpr (Cfg::HALF_DIAG)
+            named_bar_sync_apart(my_exp, TURN_THREADS);
+        else
+            named_bar_sync(my_exp, TURN_THREADS);
+    }
     if (Cfg::EXP_TURN && pin) {
         const int zero = *reinterpret_cast<volatile const int *>(pin->zero);
         sub[0] = __int_as_float(__float_as_int(sub[0]) | zero);
@@ -457,8 +461,12 @@ __device__ __forceinline__ void sm90_exp_turn(float *S, float *sub, const float 
     }
     sm90_softmax_exp<Cfg, REGS>(S, sub, rescale, row_sum, scale_log2);
     if (Cfg::EXP_TURN && pin) *reinterpret_cast<volatile float *>(pin->sum) = row_sum[0] + row_sum[1];
-    if constexpr (Cfg::EXP_TURN && Cfg::HALF_DIAG) named_bar_arrive_apart(next_exp, TURN_THREADS);
-    if constexpr (Cfg::EXP_TURN && !Cfg::HALF_DIAG) named_bar_arrive(next_exp, TURN_THREADS);
+    if constexpr (Cfg::EXP_TURN) {
+        if constexpr (Cfg::HALF_DIAG)
+            named_bar_arrive_apart(next_exp, TURN_THREADS);
+        else
+            named_bar_arrive(next_exp, TURN_THREADS);
+    }
 }
 
 /* Block n's scores to probabilities: softcap, mask, the online softmax; with
