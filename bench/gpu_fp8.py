@@ -24,9 +24,11 @@ the board so hot that the first cell, e4m3 at 512, read anywhere from 468
 to 639 TFLOP/s from run to run after its 300 ms of settling, against a
 steady 655-662 with nothing before it (docs/perf/sm90.md, item 119).
 The e4m3 call includes its V transpose. FLOPs: 4*B*H*S*S*D (halved for
-causal).
+causal). With --varlen a third contender is timed: ours on the same batch
+packed as B equal-length sequences (fa_varlen_fwd, the same FLOPs), printed
+with its ratio to the batched call.
 
-    python3 bench/gpu_fp8.py [--lib build/libflashattn.so] [--seqlens 512,1024] [--causal no]
+    python3 bench/gpu_fp8.py [--lib build/libflashattn.so] [--seqlens 512,1024] [--causal no] [--varlen]
 """
 import argparse
 import os
@@ -59,6 +61,7 @@ def main():
     ap.add_argument("--settle-ms", type=float, default=300.0)
     ap.add_argument("--seqlens", default="1024,4096,8192,16384", help="sequence lengths (batch = 16384 / seqlen)")
     ap.add_argument("--causal", choices=sorted(MASKS), default="both", help="which masks to time")
+    ap.add_argument("--varlen", action="store_true", help="also time the batch packed as varlen sequences")
     args = ap.parse_args()
     lib = FlashAttn(args.lib, "cuda")
     lib.use_current_stream()
@@ -75,14 +78,22 @@ def main():
             out = torch.empty(B, S, H, D, device="cuda", dtype=torch.bfloat16)
             lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
             ours = lib.fwd(q8, k8, v8, causal, out, lse)
+            fns = {"ours": ours}
+            if args.varlen:  # (B * S, H, D) rows, B sequences of S; lse (H, B * S)
+                cu = torch.arange(0, B * S + 1, S, device="cuda", dtype=torch.int32)
+                packed = [x.reshape(B * S, H, D) for x in (q8, k8, v8)]
+                out_p = torch.empty(B * S, H, D, device="cuda", dtype=torch.bfloat16)
+                lse_p = torch.empty(H, B * S, device="cuda", dtype=torch.float32)
+                fns["varlen"] = lib.varlen_fwd(*packed, cu, cu, S, S, causal, out_p, lse_p)
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 
             def cudnn():
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             fl = flops_fwd(B, H, S, D, causal)
-            times = time_passes({"ours": ours, "cudnn": cudnn}, (("ours", "cudnn"), ("cudnn", "ours")), args.passes,
-                                args.reps, args.burst, args.settle_ms)
+            fns["cudnn"] = cudnn
+            names = tuple(fns)
+            times = time_passes(fns, (names, names[::-1]), args.passes, args.reps, args.burst, args.settle_ms)
             tf = {}  # TFLOP/s: the pooled figure, then each pass's
             for n, per_pass in times.items():
                 tf[n] = [fl / ms / 1e9 for ms in [pooled_median(per_pass)] + pass_medians(per_pass)]
@@ -90,6 +101,10 @@ def main():
             print("# causal %d, %d x %d: e4m3 ours %.1f (passes %.1f-%.1f), bf16 cuDNN %.1f (passes %.1f-%.1f) TFLOP/s" % (
                 causal, B, S, tf["ours"][0], min(tf["ours"][1:]), max(tf["ours"][1:]),
                 tf["cudnn"][0], min(tf["cudnn"][1:]), max(tf["cudnn"][1:])))
+            if args.varlen:
+                print("# causal %d, %d x %d: e4m3 ours packed as varlen %.1f (passes %.1f-%.1f) TFLOP/s, %.3f of batched" % (
+                    causal, B, S, tf["varlen"][0], min(tf["varlen"][1:]), max(tf["varlen"][1:]),
+                    tf["varlen"][0] / tf["ours"][0]))
             sys.stdout.flush()
     gemm = gemm_tflops(args.reps, args.burst, args.settle_ms)
     print("# e4m3 GEMM ceiling (torch._scaled_mm, 8192^3, timed last): %.0f TFLOP/s" % gemm)

@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-FA_F32, FA_BF16, FA_F8_E4M3 = 0, 2, 3
+FA_F32, FA_BF16, FA_F8_E4M3, FA_I32 = 0, 2, 3, 4
 FA_DEVICE_CUDA = 1
 BACKENDS = {"cuda": 3, "cuda_sm80": 4}
 
@@ -79,7 +79,7 @@ def fa_view(t):
     """An fa_tensor describing a CUDA torch tensor (no copy)."""
     x = FaTensor()
     x.data = t.data_ptr()
-    x.dtype = {torch.bfloat16: FA_BF16, torch.float8_e4m3fn: FA_F8_E4M3}.get(t.dtype, FA_F32)
+    x.dtype = {torch.bfloat16: FA_BF16, torch.float8_e4m3fn: FA_F8_E4M3, torch.int32: FA_I32}.get(t.dtype, FA_F32)
     x.device = FA_DEVICE_CUDA
     x.device_index = t.device.index or 0
     x.ndim = t.dim()
@@ -100,6 +100,8 @@ class FlashAttn:
         P = ctypes.POINTER
         L.fa_fwd.argtypes = [ctypes.c_void_p, P(FaTensor), P(FaTensor), P(FaTensor), P(FaOptions),
                              P(FaTensor), P(FaTensor)]
+        L.fa_varlen_fwd.argtypes = [ctypes.c_void_p, P(FaTensor), P(FaTensor), P(FaTensor), P(FaTensor),
+                                    P(FaTensor), ctypes.c_int, ctypes.c_int, P(FaOptions), P(FaTensor), P(FaTensor)]
         L.fa_bwd.argtypes = [ctypes.c_void_p, P(FaTensor), P(FaTensor), P(FaTensor), P(FaTensor),
                              P(FaTensor), P(FaTensor), P(FaOptions), P(FaTensor), P(FaTensor), P(FaTensor)]
         self.ctx = ctypes.c_void_p()
@@ -121,6 +123,14 @@ class FlashAttn:
         a = [fa_view(t) for t in (q, k, v, out, lse)]
         f, ctx = self.lib.fa_fwd, self.ctx
         return lambda: self.check(f(ctx, a[0], a[1], a[2], o, a[3], a[4]))
+
+    def varlen_fwd(self, q, k, v, cu_q, cu_k, max_q, max_k, causal, out, lse):
+        """As fwd, for packed sequences (q (total_q, H, D), cu_seqlens int32)."""
+        o = FaOptions()
+        o.causal = 1 if causal else 0
+        a = [fa_view(t) for t in (q, k, v, cu_q, cu_k, out, lse)]
+        f, ctx = self.lib.fa_varlen_fwd, self.ctx
+        return lambda: self.check(f(ctx, a[0], a[1], a[2], a[3], a[4], max_q, max_k, o, a[5], a[6]))
 
     def bwd(self, dout, q, k, v, out, lse, causal, dq, dk, dv):
         o = FaOptions()

@@ -114,7 +114,7 @@ typedef enum fa_dtype {
     FA_F32 = 0,
     FA_F16 = 1,
     FA_BF16 = 2,
-    FA_F8_E4M3 = 3, /* forward inputs on Hopper only: head dims 16..128 in steps of 16, batched */
+    FA_F8_E4M3 = 3, /* forward inputs on Hopper only: head dims 16..128 in steps of 16, batched or varlen */
     FA_I32 = 4,     /* index tensors: cu_seqlens, cache_seqlens, block_table */
     FA_U8 = 5       /* dropout masks */
 } fa_dtype;
@@ -168,7 +168,8 @@ typedef struct fa_options {
     uint64_t dropout_offset;
     int deterministic;       /* nonzero: backward is bitwise reproducible run to run */
     /* float8 forward (Hopper): per-(batch, kv head) float32 factors (B, Hk) that
-     * multiply q, k, v back to their real scale; data NULL means 1. */
+     * multiply q, k, v back to their real scale (varlen: B is the number of
+     * sequences); data NULL means 1. */
     fa_tensor q_descale, k_descale, v_descale;
 } fa_options;
 

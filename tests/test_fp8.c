@@ -219,6 +219,170 @@ done:
     for (int i = 0; i < 3; ++i) ft_free(&desc[i]);
 }
 
+/* Packed (varlen) sequences: q (total_q, Hq, D), k and v (total_k, Hk, D),
+ * descales per (sequence, kv head), out (total_q, Hq, D), lse (Hq, total_q).
+ * Truth is the float64 reference's varlen forward on the dequantised
+ * values; the naive baseline runs naive_fp8 one sequence at a time. The
+ * same tolerances as run_case. */
+typedef struct f8varlen {
+    const char *label;
+    int nseq;
+    const int *lq, *lk;
+    int64_t Hq, Hk, D;
+    int causal;
+    float softcap;
+    double qk_scale;
+} f8varlen;
+
+static void run_varlen_case(const f8varlen *c) {
+    char name[200];
+    snprintf(name, sizeof name, "e4m3 varlen %s, %d sequences, H%lld/%lld D%lld", c->label, c->nseq,
+             (long long)c->Hq, (long long)c->Hk, (long long)c->D);
+    if (!ft_selected(name)) return;
+    ft_rng r = ft_rng_for(name);
+    ft_tensor cu[2];
+    int64_t total[2] = {0, 0};
+    int maxlen[2] = {0, 0};
+    for (int t = 0; t < 2; ++t) {
+        const int *len = t ? c->lk : c->lq;
+        cu[t] = ft_alloc(FA_I32, 1, (int64_t[]){c->nseq + 1}, FT_CONTIG);
+        int32_t *x = (int32_t *)cu[t].host;
+        x[0] = 0;
+        for (int b = 0; b < c->nseq; ++b) {
+            x[b + 1] = x[b] + len[b];
+            if (len[b] > maxlen[t]) maxlen[t] = len[b];
+        }
+        total[t] = x[c->nseq];
+    }
+    const int32_t *cuq = (const int32_t *)cu[0].host, *cuk = (const int32_t *)cu[1].host;
+    const int64_t TQ = total[0], TK = total[1], Hq = c->Hq, Hk = c->Hk, D = c->D;
+    ft_tensor q = ft_alloc(FA_F8_E4M3, 3, (int64_t[]){TQ, Hq, D}, FT_PADDED);
+    ft_tensor k = ft_alloc(FA_F8_E4M3, 3, (int64_t[]){TK, Hk, D}, FT_PADDED);
+    ft_tensor v = ft_alloc(FA_F8_E4M3, 3, (int64_t[]){TK, Hk, D}, FT_PADDED);
+    ft_fill_normal(&q, &r, c->qk_scale);
+    ft_fill_normal(&k, &r, c->qk_scale);
+    ft_fill_normal(&v, &r, 1.0);
+    ft_tensor desc[3];
+    for (int i = 0; i < 3; ++i) {
+        desc[i] = ft_alloc(FA_F32, 2, (int64_t[]){c->nseq, Hk}, FT_CONTIG);
+        for (int64_t e = 0; e < c->nseq * Hk; ++e) ((float *)desc[i].host)[e] = (float)(0.5 + 1.5 * ft_rng_uniform(&r));
+    }
+    const float *dq = (const float *)desc[0].host, *dk = (const float *)desc[1].host, *dv = (const float *)desc[2].host;
+
+    /* Dense dequantised copies (raw e4m3 values times their sequence's descales). */
+    float *qf = ft_to_f32(&q), *kf = ft_to_f32(&k), *v8 = ft_to_f32(&v);
+    float *vf = malloc((size_t)(TK * Hk * D + 1) * sizeof(float));
+    for (int b = 0; b < c->nseq; ++b) {
+        for (int64_t s = cuq[b]; s < cuq[b + 1]; ++s)
+            for (int64_t h = 0; h < Hq; ++h)
+                for (int64_t d = 0; d < D; ++d) qf[(s * Hq + h) * D + d] *= dq[b * Hk + h / (Hq / Hk)];
+        for (int64_t s = cuk[b]; s < cuk[b + 1]; ++s)
+            for (int64_t h = 0; h < Hk; ++h)
+                for (int64_t d = 0; d < D; ++d) {
+                    const int64_t e = (s * Hk + h) * D + d;
+                    kf[e] *= dk[b * Hk + h];
+                    vf[e] = v8[e] * dv[b * Hk + h];
+                }
+    }
+
+    /* Truth: the float64 reference's varlen forward on float32 tensors holding the dequantised values. */
+    ft_tensor tq = ft_alloc(FA_F32, 3, (int64_t[]){TQ, Hq, D}, FT_CONTIG);
+    ft_tensor tk = ft_alloc(FA_F32, 3, (int64_t[]){TK, Hk, D}, FT_CONTIG);
+    ft_tensor tv = ft_alloc(FA_F32, 3, (int64_t[]){TK, Hk, D}, FT_CONTIG);
+    ft_from_f32(&tq, qf);
+    ft_from_f32(&tk, kf);
+    ft_from_f32(&tv, vf);
+    ft_tensor oref = ft_alloc(FA_F32, 3, (int64_t[]){TQ, Hq, D}, FT_CONTIG);
+    ft_tensor lref = ft_alloc(FA_F32, 2, (int64_t[]){Hq, TQ}, FT_CONTIG);
+    fa_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.causal = c->causal;
+    opts.softcap = c->softcap;
+    fa_tensor a[7] = {ft_view(&tq, 0), ft_view(&tk, 0),    ft_view(&tv, 0),  ft_view(&cu[0], 0),
+                      ft_view(&cu[1], 0), ft_view(&oref, 0), ft_view(&lref, 0)};
+    fa_status st = fa_varlen_fwd(ft_ref_ctx, &a[0], &a[1], &a[2], &a[3], &a[4], 0, 0, &opts, &a[5], &a[6]);
+    ft_tensor out = ft_alloc(FA_BF16, 3, (int64_t[]){TQ, Hq, D}, FT_PADDED);
+    ft_tensor lse = ft_alloc(FA_F32, 2, (int64_t[]){Hq, TQ}, FT_PADDED);
+    const int64_t no = TQ * Hq * D, nl = Hq * TQ;
+    float *n_out = malloc((size_t)(no + 1) * sizeof(float)), *n_lse = malloc((size_t)(nl + 1) * sizeof(float));
+    float *n_abs = malloc((size_t)(nl + 1) * sizeof(float)), *got = NULL, *got_lse = NULL;
+    if (st != FA_OK) {
+        ft_fail(name, "reference: %s %s", fa_status_name(st), fa_last_error());
+        goto done;
+    }
+
+    /* The backend under test on the e4m3 tensors (the longest lengths passed, as callers do). */
+    opts.q_descale = ft_arg(&desc[0]);
+    opts.k_descale = ft_arg(&desc[1]);
+    opts.v_descale = ft_arg(&desc[2]);
+    fa_tensor xq = ft_arg(&q), xk = ft_arg(&k), xv = ft_arg(&v), xcq = ft_arg(&cu[0]), xck = ft_arg(&cu[1]);
+    fa_tensor xo = ft_arg(&out), xl = ft_arg(&lse);
+    st = fa_varlen_fwd(ft_ctx, &xq, &xk, &xv, &xcq, &xck, maxlen[0], maxlen[1], &opts, &xo, &xl);
+    if (st == FA_ERR_DTYPE) {
+        ft_skip(name, "%s", fa_last_error());
+        goto done;
+    }
+    if (st != FA_OK) {
+        ft_fail(name, "varlen fwd: %s %s", fa_status_name(st), fa_last_error());
+        goto done;
+    }
+    ft_download(&out);
+    ft_download(&lse);
+
+    /* Naive baseline, one sequence at a time, scattered into the packed layouts. */
+    for (int b = 0; b < c->nseq; ++b) {
+        const int64_t q0 = cuq[b], k0 = cuk[b], sq = cuq[b + 1] - q0;
+        const f8case one = {c->label, 1, sq, cuk[b + 1] - k0, Hq, Hk, D, c->causal, c->softcap, c->qk_scale};
+        float *l = malloc((size_t)(Hq * sq + 1) * sizeof(float)), *ab = malloc((size_t)(Hq * sq + 1) * sizeof(float));
+        naive_fp8(&one, qf + q0 * Hq * D, kf + k0 * Hk * D, v8 + k0 * Hk * D, dv + b * Hk, n_out + q0 * Hq * D, l, ab);
+        for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t i = 0; i < sq; ++i) {
+                n_lse[h * TQ + q0 + i] = l[h * sq + i];
+                n_abs[h * TQ + q0 + i] = ab[h * sq + i];
+            }
+        free(l), free(ab);
+    }
+    got = ft_to_f32(&out);
+    got_lse = ft_to_f32(&lse);
+    const float *ro = (const float *)oref.host, *rl = (const float *)lref.host;
+    double err = 0, err_naive = 0, maxref = 0, err_lse = 0, lse_excess = 0;
+    int64_t bad_empty = 0, nan_out = 0;
+    for (int64_t e = 0; e < no; ++e) {
+        if (isnan(got[e])) {
+            ++nan_out;
+            continue;
+        }
+        err = fmax(err, fabs((double)got[e] - ro[e]));
+        err_naive = fmax(err_naive, fabs((double)n_out[e] - ro[e]));
+        maxref = fmax(maxref, fabs((double)ro[e]));
+    }
+    for (int64_t e = 0; e < nl; ++e) {
+        if (rl[e] == -INFINITY) {
+            if (got_lse[e] != -INFINITY) ++bad_empty;
+            continue;
+        }
+        if (isnan(got_lse[e])) ++nan_out;
+        else {
+            double d = fabs((double)got_lse[e] - rl[e]), bound = ldexp((double)n_abs[e], -12) + 1e-4;
+            err_lse = fmax(err_lse, d);
+            lse_excess = fmax(lse_excess, d / bound);
+        }
+    }
+    double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
+    double tol = 2 * err_naive + half_ulp;
+    int pad_ok = ft_padding_intact(&out) && ft_padding_intact(&lse);
+    int ok = nan_out == 0 && bad_empty == 0 && pad_ok && err <= tol && lse_excess <= 1.0;
+    ft_check(ok, name,
+             "out err %.3g (naive %.3g, tol %.3g), lse err %.3g (at most %.2f of its bound), unwritten %lld, empty rows wrong %lld%s",
+             err, err_naive, tol, err_lse, lse_excess, (long long)nan_out, (long long)bad_empty, pad_ok ? "" : ", padding written");
+
+done:
+    free(qf), free(kf), free(v8), free(vf), free(n_out), free(n_lse), free(n_abs), free(got), free(got_lse);
+    ft_free(&q), ft_free(&k), ft_free(&v), ft_free(&tq), ft_free(&tk), ft_free(&tv), ft_free(&oref), ft_free(&lref);
+    ft_free(&out), ft_free(&lse), ft_free(&cu[0]), ft_free(&cu[1]);
+    for (int i = 0; i < 3; ++i) ft_free(&desc[i]);
+}
+
 /* A head dim the float8 kernels do not take (72: not a multiple of 16) is
  * refused with a message that says which ones they take, and nothing is
  * written; backends without float8 refuse the dtype (skip). */
@@ -274,6 +438,24 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         if (ft_quick && cases[i].Sq > 500) continue;
         run_case(&cases[i]);
+    }
+    /* Sequences that end inside a 32-key chunk and inside a kv block, one
+     * of a single key, empty ones (no queries; no keys, whose rows get
+     * zeros and lse -inf) and ones longer than a block. */
+    static const int lq_mixed[] = {130, 0, 1, 257, 64, 31}, lk_mixed[] = {130, 5, 1, 257, 64, 31};
+    static const int lq_cross[] = {100, 33, 300, 7}, lk_cross[] = {200, 1, 129, 0};
+    static const int lq_long[] = {1000, 2100, 3}, lk_long[] = {1000, 2100, 300};
+    static const f8varlen varlen_cases[] = {
+        {"causal", 6, lq_mixed, lk_mixed, 4, 2, 128, 1, 0.f, 1.0},
+        {"plain", 6, lq_mixed, lk_mixed, 2, 2, 64, 0, 0.f, 1.0},
+        {"Sq != Sk causal", 4, lq_cross, lk_cross, 3, 1, 96, 1, 0.f, 1.0},
+        {"Sq != Sk, softcap, large scores", 4, lq_cross, lk_cross, 2, 2, 128, 0, 30.f, 3.0},
+        {"long causal", 3, lq_long, lk_long, 2, 1, 128, 1, 0.f, 1.0},
+        {"long", 3, lq_long, lk_long, 2, 2, 32, 0, 0.f, 1.0},
+    };
+    for (size_t i = 0; i < sizeof varlen_cases / sizeof varlen_cases[0]; ++i) {
+        if (ft_quick && varlen_cases[i].lq[0] > 500) continue;
+        run_varlen_case(&varlen_cases[i]);
     }
     refused_head_dim();
     return ft_finish();

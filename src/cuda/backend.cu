@@ -65,7 +65,7 @@ static fa_status check_problem(const fa_problem *p, fa_op op, const char *name, 
         if (hopper && op == FA_OP_FWD)
             return fa_set_error(FA_ERR_UNSUPPORTED,
                                 "q: float8_e4m3 forward takes head dims that are multiples of 16 up to 128 (got %lld), "
-                                "equal-length batches without a KV cache, no dropout or ALiBi, and 16-byte aligned V",
+                                "no KV cache, dropout or ALiBi, and 16-byte aligned V",
                                 (long long)p->D);
         return fa_set_error(FA_ERR_DTYPE, "q: dtype float8_e4m3 is not supported by the %s backend%s", name,
                             op == FA_OP_FWD ? " on this device (float8 forward needs the Hopper kernels)"

@@ -57,6 +57,7 @@ using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
     if (p->dtype == FA_F8_E4M3) {
+        if (p->cu_seqlens_q) return SM90_F8_N128; /* the e4m3 kernel with a varlen instance */
         if (p->D <= 64) return SM90_F8_D64;
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_M192;
     }
@@ -159,10 +160,15 @@ static int sm90_has_split_tail(sm90_variant v) {
     return v == SM90_D96 || v == SM90_D128 || v == SM90_D192 || v == SM90_D256 || v == SM90_F8_M192;
 }
 
-/* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key chunks). */
-static int64_t sm90_fp8_vt_keys(const fa_problem *p) { return (p->Sk + 31) / 32 * 32; }
+/* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key
+ * chunks); varlen (1, Hk, D, columns), sequence b's keys from column
+ * sm90_fp8_vt_col0(cu_seqlens_k[b], b) on. */
+static int64_t sm90_fp8_vt_keys(const fa_problem *p) {
+    return p->cu_seqlens_k ? sm90_fp8_vt_col0(p->total_k, p->B) : (p->Sk + 31) / 32 * 32;
+}
 static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
-    return (size_t)p->B * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_keys(p);
+    const int64_t map_b = p->cu_seqlens_k ? 1 : p->B;
+    return (size_t)map_b * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_keys(p);
 }
 
 /* Phantom rows before each head's first (Sm90FwdParams::row_shift): under
@@ -202,14 +208,15 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
         return 0;
     if (p->dtype == FA_F8_E4M3) {
-        /* V^T (B, Hk, D, keys): the map's "rows" are head-dim rows, its "columns" keys */
+        /* V^T (B, Hk, D, keys), varlen (1, Hk, D, columns): the map's "rows"
+         * are head-dim rows, its "columns" keys */
         const int64_t keys = sm90_fp8_vt_keys(p);
         fa_view vt_view = {vt ? vt : (void *)(uintptr_t)1024, p->Hk * D * keys, keys, D * keys};
         /* boxes of the kernel's whole head dim (64 or 128 rows): rows past D
          * are zero-filled and count towards the transaction bytes the
          * producer expects (KV_BYTES); a box is one V^T slab wide
          * (Sm90FwdConfig::VT_SLAB_KEYS) */
-        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, p->B, D, p->Hk, keys, shape.d,
+        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, map_b, D, p->Hk, keys, shape.d,
                            shape.vt_slab_keys))
             return 0;
         k->q_descale = p->q_descale;
@@ -505,8 +512,8 @@ static int sm90_fwd_takes(const fa_problem *p) {
     if (p->D != p->Dv || !sm90_head_dim_ok(p->D)) return 0;
     /* e4m3: head dims up to 128 in steps of 16 (on the head-dim-64 or 128
      * kernel; TMA zero-fills the columns past D and clips them from the
-     * stores), batched only (the V transpose walks (B, Sk) rows). */
-    if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 128 || p->cu_seqlens_q)) return 0;
+     * stores). */
+    if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 128)) return 0;
     /* ... and V, which the transpose reads in 32-bit words, aligned as TMA wants the others */
     if (p->dtype == FA_F8_E4M3 && (((uintptr_t)p->v.data) % 16 || p->v.ss % 16 || p->v.sh % 16 || p->v.sb % 16))
         return 0;
@@ -534,9 +541,14 @@ extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
     return sm90_workspace_bytes(p, sm90_split_plan(p, k, sm90_num_sms(x->device_index)));
 }
 
-/* e4m3: writes V^T (B, Hk, D, keys) with each 32-key chunk's keys permuted
- * to the P fragment order (sm90_fp8_key_of_slot); keys past Sk are zero.
- * A CTA takes tiles of 128 keys (blockIdx.x) of (batch, kv head) pairs
+/* e4m3: writes V^T (B, Hk, D, keys), or for varlen problems (cu_seqlens_k
+ * given) (1, Hk, D, cols), with each 32-key chunk's keys permuted to the P
+ * fragment order (sm90_fp8_key_of_slot). A (batch, kv head) pair's keys
+ * fill its span of columns from the first, and the span's columns past its
+ * keys are zero: batched, keys past Sk up to the next 32; varlen, sequence
+ * b's span is the columns from sm90_fp8_vt_col0(cu_seqlens_k[b], b) to
+ * sequence b + 1's first, so every column is written. A CTA takes tiles of
+ * 128 columns of a span (blockIdx.x, + gridDim.x, ...) of the pairs
  * blockIdx.y, blockIdx.y + gridDim.y, ... Warp w loads keys 16w..16w+15 of
  * the tile, lane l columns 4l..4l+3, one 32-bit word per key (so each load
  * instruction reads a key's whole row), moves the bytes into V^T order with
@@ -544,48 +556,65 @@ extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
  * memory; the CTA then writes the tile's V^T rows with 16-byte stores, whole
  * rows at a time. */
 __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, int64_t v_sb, int64_t v_ss,
-                                                            int64_t v_sh, int sk, int d, int keys, int hk,
-                                                            int pairs, uint8_t *vt) {
+                                                            int64_t v_sh, int sk, int d, int cols, int hk,
+                                                            int pairs, const int *cu_seqlens_k, uint8_t *vt) {
     __shared__ __align__(16) uint8_t vt_tile[128][128 + 16]; /* + 16: a warp's rows start 4 banks apart */
     const int lane = threadIdx.x % 32, part = threadIdx.x / 32; /* part: keys 16 part .. 16 part + 15 */
-    const int key0 = blockIdx.x * 128, tile_keys = min(128, keys - key0);
     grid_launch_dependents(); /* the attention kernel may start; it waits before reading V^T */
     for (int bh = blockIdx.y; bh < pairs; bh += gridDim.y) { /* bh = b * hk + h */
-        if (4 * lane < d && 16 * part < tile_keys) {
-            const uint8_t *src = v + (int64_t)(bh / hk) * v_sb + (int64_t)(bh % hk) * v_sh + 4 * lane;
-            uint32_t w[16]; /* w[k]: key key0 + 16 part + k, columns 4 lane .. 4 lane + 3 */
+        const int b = bh / hk, h = bh % hk;
+        const uint8_t *src; /* the pair's first key, column 4 lane */
+        uint8_t *dst;       /* its first V^T column, head-dim row 0 */
+        int keys, span;
+        if (cu_seqlens_k) {
+            const int k0 = cu_seqlens_k[b], k1 = cu_seqlens_k[b + 1];
+            const int64_t c0 = sm90_fp8_vt_col0(k0, b);
+            src = v + (int64_t)k0 * v_ss + (int64_t)h * v_sh + 4 * lane;
+            dst = vt + (int64_t)h * d * cols + c0;
+            keys = k1 - k0;
+            span = (int)(sm90_fp8_vt_col0(k1, b + 1) - c0);
+        } else {
+            src = v + (int64_t)b * v_sb + (int64_t)h * v_sh + 4 * lane;
+            dst = vt + (int64_t)bh * d * cols;
+            keys = sk;
+            span = cols;
+        }
+        for (int key0 = blockIdx.x * 128; key0 < span; key0 += gridDim.x * 128) {
+            const int tile_keys = min(128, span - key0); /* a multiple of 32 */
+            if (4 * lane < d && 16 * part < tile_keys) {
+                uint32_t w[16]; /* w[k]: key key0 + 16 part + k, columns 4 lane .. 4 lane + 3 */
 #pragma unroll
-            for (int k = 0; k < 16; ++k) {
-                const int key = key0 + 16 * part + k;
-                w[k] = key < sk ? *reinterpret_cast<const uint32_t *>(src + key * v_ss) : 0u;
-            }
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {              /* V^T row 4 lane + r: byte r of every key */
-                const uint32_t sel = r | (4 + r) << 4; /* byte r of the first word, byte r of the second */
-                uint32_t out[4];                       /* slots 4q .. 4q + 3 of the 16 */
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    /* each 16-key half of a chunk is permuted within itself: slot a < 16
-                     * of a half holds key sm90_fp8_key_of_slot(a) of that half */
-                    const uint32_t lo =
-                        __byte_perm(w[sm90_fp8_key_of_slot(4 * q)], w[sm90_fp8_key_of_slot(4 * q + 1)], sel);
-                    const uint32_t hi =
-                        __byte_perm(w[sm90_fp8_key_of_slot(4 * q + 2)], w[sm90_fp8_key_of_slot(4 * q + 3)], sel);
-                    out[q] = __byte_perm(lo, hi, 0x5410);
+                for (int k = 0; k < 16; ++k) {
+                    const int key = key0 + 16 * part + k;
+                    w[k] = key < keys ? *reinterpret_cast<const uint32_t *>(src + key * v_ss) : 0u;
                 }
-                *reinterpret_cast<uint4 *>(&vt_tile[4 * lane + r][16 * part]) =
-                    make_uint4(out[0], out[1], out[2], out[3]);
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {              /* V^T row 4 lane + r: byte r of every key */
+                    const uint32_t sel = r | (4 + r) << 4; /* byte r of the first word, byte r of the second */
+                    uint32_t out[4];                       /* slots 4q .. 4q + 3 of the 16 */
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        /* each 16-key half of a chunk is permuted within itself: slot a < 16
+                         * of a half holds key sm90_fp8_key_of_slot(a) of that half */
+                        const uint32_t lo =
+                            __byte_perm(w[sm90_fp8_key_of_slot(4 * q)], w[sm90_fp8_key_of_slot(4 * q + 1)], sel);
+                        const uint32_t hi =
+                            __byte_perm(w[sm90_fp8_key_of_slot(4 * q + 2)], w[sm90_fp8_key_of_slot(4 * q + 3)], sel);
+                        out[q] = __byte_perm(lo, hi, 0x5410);
+                    }
+                    *reinterpret_cast<uint4 *>(&vt_tile[4 * lane + r][16 * part]) =
+                        make_uint4(out[0], out[1], out[2], out[3]);
+                }
             }
+            __syncthreads();
+            const int pieces = tile_keys / 16; /* 16-byte pieces of a V^T row in this tile */
+            for (int c = threadIdx.x; c < d * pieces; c += blockDim.x) {
+                const int row = c / pieces, piece = c % pieces;
+                *reinterpret_cast<uint4 *>(dst + (int64_t)row * cols + key0 + 16 * piece) =
+                    *reinterpret_cast<const uint4 *>(&vt_tile[row][16 * piece]);
+            }
+            __syncthreads(); /* the tile buffer is free for the next tile */
         }
-        __syncthreads();
-        const int pieces = tile_keys / 16; /* 16-byte pieces of a V^T row in this tile */
-        uint8_t *dst = vt + (int64_t)bh * d * keys + key0;
-        for (int c = threadIdx.x; c < d * pieces; c += blockDim.x) {
-            const int row = c / pieces, piece = c % pieces;
-            *reinterpret_cast<uint4 *>(dst + (int64_t)row * keys + 16 * piece) =
-                *reinterpret_cast<const uint4 *>(&vt_tile[row][16 * piece]);
-        }
-        __syncthreads(); /* the tile buffer is free for the next tile */
     }
 }
 
@@ -785,12 +814,15 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
             return fa_set_error(FA_ERR_CUDA, "sm90 forward: split counters: %s", cudaGetErrorString(e));
     }
     if (fp8) {
-        const int keys = (int)sm90_fp8_vt_keys(p);
+        const int cols = (int)sm90_fp8_vt_keys(p);
         const int pairs = (int)(p->B * p->Hk); /* (batch, kv head) pairs: grid rows, looped past 65535 */
-        const dim3 grid((unsigned)((keys + 127) / 128), (unsigned)(pairs < 65535 ? pairs : 65535));
+        /* a pair's span: batched, all columns; varlen, at most 63 past its
+         * sequence's keys (Sk: the longest; the CTAs loop past that) */
+        const int64_t span = p->cu_seqlens_k ? p->Sk + 63 : cols;
+        const dim3 grid((unsigned)((span + 127) / 128), (unsigned)(pairs < 65535 ? pairs : 65535));
         sm90_fp8_transpose_v<<<grid, 256, 0, (cudaStream_t)x->stream>>>(
-            (const uint8_t *)p->v.data, p->v.sb, p->v.ss, p->v.sh, (int)p->Sk, (int)p->D, keys, (int)p->Hk, pairs,
-            (uint8_t *)x->workspace);
+            (const uint8_t *)p->v.data, p->v.sb, p->v.ss, p->v.sh, (int)p->Sk, (int)p->D, cols, (int)p->Hk, pairs,
+            p->cu_seqlens_k, (uint8_t *)x->workspace);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: V transpose: %s", cudaGetErrorString(e));
     }

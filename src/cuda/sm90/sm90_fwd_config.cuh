@@ -117,6 +117,16 @@ struct Sm90FwdParams {
     int row_shift;
 };
 
+/* e4m3 varlen: V^T column of sequence b's first key, whose first packed row
+ * is k_row0. On a 32-key boundary, since the transpose permutes keys within
+ * 32-key chunks counted from a sequence's first; the b extra chunks keep each
+ * sequence's columns clear of the one before (their span,
+ * 32 (ceil(end / 32) - ceil(start / 32) + 1), is at least its length). With
+ * k_row0 = total_k and b = B it is the number of V^T columns. */
+__host__ __device__ __forceinline__ int64_t sm90_fp8_vt_col0(int64_t k_row0, int64_t b) {
+    return 32 * ((k_row0 + 31) / 32 + b);
+}
+
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
  * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
  * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), the block
@@ -166,9 +176,10 @@ struct Sm90FwdConfig {
      * own (Sm90Varlen<Cfg>): its per-tile code would sit among the batched
      * kernel's, whose registers it nearly fills. So too in the two-consumer
      * kernels at head dims 64 and 128, whose short tiles run the per-tile
-     * code often (docs/perf/sm90.md, items 98 and 101). e4m3 is batched
-     * only. */
-    static constexpr bool VARLEN_OWN_KERNEL = (WIDE || (D <= 128 && CONSUMERS_ == 2)) && !FP8;
+     * code often (docs/perf/sm90.md, items 98 and 101). e4m3 runs varlen
+     * problems only on its two-consumer 128-key kernel, as an instance of
+     * its own (its three-consumer kernels have no registers to spare). */
+    static constexpr bool VARLEN_OWN_KERNEL = WIDE || (D <= 128 && CONSUMERS_ == 2);
     static constexpr bool VARLEN = !FP8 && !VARLEN_OWN_KERNEL;
     static_assert(!FP8 || ((D == 128 || D == 64) && BN % 32 == 0), "e4m3: one slab per Q/K row, whole V^T slabs");
     /* e4m3 V^T (D head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,

@@ -37,11 +37,12 @@ __device__ __forceinline__ void sm90_load_q_rows(const Sm90FwdParams &p, uint8_t
 /* Kv block n's K (ROLE LOAD_Q_K) or V into ring position it, once the
  * consumers have freed that stage: K as SLABS column slabs of BN rows from
  * row k_row0 + n * BN (the sequence's first row in a varlen map), V alike,
- * or for e4m3 V^T as BN / VT_SLAB_KEYS slabs of D head-dim rows, from key
- * n * BN (e4m3 is batched). */
+ * or for e4m3 V^T as BN / VT_SLAB_KEYS slabs of D head-dim rows, from
+ * column vt_col0 + n * BN (vt_col0: the sequence's first, sm90_fp8_vt_col0,
+ * in a varlen map; else 0). */
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, uint32_t it,
-                                                   int n, int k_row0, int kv_head, int map_b) {
+                                                   int n, int k_row0, int kv_head, int map_b, int vt_col0 = 0) {
     uint64_t *k_full = bars + 2 * Cfg::Q_BARS, *k_empty = k_full + Cfg::STAGES;
     uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     /* A fresh barrier counts as having completed the phase before phase 0,
@@ -60,8 +61,8 @@ __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8
         uint8_t *v_dst = smem + Cfg::OFF_V + stage * Cfg::KV_BYTES;
         if constexpr (Cfg::FP8) { /* V^T: D head-dim rows of BN keys, VT_SLAB_KEYS per slab */
             for (int s = 0; s < Cfg::BN / Cfg::VT_SLAB_KEYS; ++s)
-                tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage], n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0,
-                            kv_head, map_b);
+                tma_load_4d(v_dst + s * Cfg::VT_SLAB, &p.tm_v, &v_full[stage],
+                            vt_col0 + n * Cfg::BN + s * Cfg::VT_SLAB_KEYS, 0, kv_head, map_b);
         } else {
             for (int s = 0; s < Cfg::SLABS; ++s)
                 tma_load_4d(v_dst + s * Cfg::KV_SLAB, &p.tm_v, &v_full[stage], s * Cfg::BOX_COLS, k_row0 + n * Cfg::BN,
@@ -183,9 +184,13 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
              * only PRODUCER_REGS registers. Q's own loader takes no block (a
              * loop that never runs: wrapped in a branch of its own, it moved
              * two instructions in other kernels' producers). */
+            int vt_col0 = 0; /* e4m3 varlen: the sequence's first V^T column */
+            if constexpr (Cfg::FP8 && Cfg::VARLEN)
+                if (ROLE == LOAD_V && p.cu_seqlens_q) vt_col0 = (int)sm90_fp8_vt_col0(tile.seq.k_row0, tile.batch);
 #pragma unroll 1
             for (int n = (ROLE == LOAD_Q ? tile.n_lo - 1 : tile.n_hi - 1) - k_ahead; n >= tile.n_lo; --n, ++it)
-                sm90_load_kv_block<Cfg, ROLE>(p, smem, bars, it, n, tile.seq.k_row0, kv_head, tile.seq.map_b);
+                sm90_load_kv_block<Cfg, ROLE>(p, smem, bars, it, n, tile.seq.k_row0, kv_head, tile.seq.map_b,
+                                              vt_col0);
             ++tile_iter;
         }
     }
