@@ -129,8 +129,9 @@ def _invoke(name, device_like, *args):
 
 def make_options(like, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                  alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, deterministic=False,
-                 align=Align.BOTTOM_RIGHT):
-    """fa_options for these arguments; returns (options, objects to keep alive)."""
+                 align=Align.BOTTOM_RIGHT, q_descale=None, k_descale=None, v_descale=None):
+    """fa_options for these arguments; returns (options, objects to keep alive).
+    The descales (float8 inputs): float32 (batch, nheads_k), or None for 1."""
     o = FaOptions()
     o.scale = 0.0 if softmax_scale is None else float(softmax_scale)
     o.causal = int(bool(causal))
@@ -146,6 +147,11 @@ def make_options(like, softmax_scale=None, causal=False, window_size=(-1, -1), s
         slopes = T.as_readable(T.to_like(alibi_slopes, like, DType.F32), "alibi_slopes")
         keep.append(slopes)
         o.alibi_slopes = T.describe(slopes, "alibi_slopes")
+    for name, x in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if x is not None:
+            x = T.as_readable(T.to_like(x, like, DType.F32), name)
+            keep.append(x)
+            setattr(o, name, T.describe(x, name))
     o.dropout_p = float(dropout_p or 0.0)
     o.dropout_seed = int(seed) & (2**64 - 1)
     o.dropout_offset = int(offset) & (2**64 - 1)
@@ -167,6 +173,12 @@ def _ref(t):
     return ctypes.byref(t) if t is not None else None
 
 
+def _out_code(q):
+    """The output's fa_dtype: q's, or bfloat16 for float8 inputs."""
+    code = T.dtype_code(q, "q")
+    return DType.BF16 if code == DType.F8_E4M3 else code
+
+
 # ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
@@ -177,7 +189,7 @@ def fwd(q, k, v, want_lse=True, **opts):
     for x, n in ((q, "q"), (k, "k"), (v, "v")):
         _shape_error(n, x, _BSHD)
     B, Sq, Hq, _ = q.shape
-    out = T.empty(q, (B, Sq, Hq, v.shape[-1]), T.dtype_code(q, "q"))
+    out = T.empty(q, (B, Sq, Hq, v.shape[-1]), _out_code(q))
     lse = T.empty(q, (B, Hq, Sq), DType.F32) if want_lse else None
     o, keep = make_options(q, **opts)
     tq, tk, tv, to, tl = (T.describe(x, n) for x, n in
@@ -218,7 +230,7 @@ def varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     cq = _cu_seqlens(cu_seqlens_q, q, "cu_seqlens_q")
     ck = _cu_seqlens(cu_seqlens_k, q, "cu_seqlens_k")
     total_q, Hq, _ = q.shape
-    out = T.empty(q, (total_q, Hq, v.shape[-1]), T.dtype_code(q, "q"))
+    out = T.empty(q, (total_q, Hq, v.shape[-1]), _out_code(q))
     lse = T.empty(q, (Hq, total_q), DType.F32) if want_lse else None
     o, keep = make_options(q, **opts)
     ts = [T.describe(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (cq, "cu_seqlens_q"),

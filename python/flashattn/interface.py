@@ -15,13 +15,18 @@ or NumPy arrays (CPU; forward only). Differences from flash-attn:
   are not supported (NotImplementedError); ``cache_batch_idx`` is supported for
   contiguous caches; ``block_table`` accepts any page size.
 * ``flash_attn_varlen_func(block_table=...)`` is not supported.
+* float8 e4m3 inputs (forward only, Hopper GPUs; head dims 16 to 128 in steps
+  of 16): ``flash_attn_func`` and ``flash_attn_varlen_func`` take
+  ``q_descale``, ``k_descale`` and ``v_descale`` (float32
+  ``(batch, nheads_k)``, as in flash-attn 3) and return bfloat16. These calls
+  carry no autograd.
 """
 
 import numpy as np
 
 from . import _core
 from . import _tensors as T
-from ._lib import FlashAttnError, Status
+from ._lib import DType, FlashAttnError, Status
 
 __all__ = [
     "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
@@ -70,6 +75,17 @@ def _torch_ops():
     return _torch_ops
 
 
+def _float8_call(q, descales):
+    """Whether a call takes the float8 path (no autograd): float8 inputs, or
+    descale factors given (which the library refuses for other dtypes)."""
+    if any(d is not None for d in descales):
+        return True
+    try:
+        return T.dtype_code(q, "q") == DType.F8_E4M3
+    except FlashAttnError:
+        return False
+
+
 def _tensor_like(x, like):
     """Index and slope arguments given as lists or NumPy arrays, as tensors on
     like's device (the torch operators take tensors only)."""
@@ -84,7 +100,8 @@ def _tensor_like(x, like):
 # ---------------------------------------------------------------------------
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                    q_descale=None, k_descale=None, v_descale=None):
     """Attention of q (batch, seqlen_q, nheads, headdim) over k, v
     (batch, seqlen_k, nheads_k, headdim[_v]); nheads % nheads_k == 0 (MQA/GQA).
 
@@ -96,9 +113,20 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Returns out (batch, seqlen_q, nheads, headdim_v); with return_attn_probs
     also softmax_lse (batch, nheads, seqlen_q) float32 and the dropout mask
     (None without dropout).
+
+    float8 e4m3 q, k, v (Hopper): q_descale, k_descale, v_descale (float32
+    (batch, nheads_k), None for 1) multiply them back to their real scale;
+    out is bfloat16, and the call has no autograd.
     """
     dropout_p = _check_dropout(dropout_p)
     left, right = _window(window_size)
+    if _float8_call(q, (q_descale, k_descale, v_descale)):
+        out, lse = _core.fwd(q, k, v, want_lse=bool(return_attn_probs), softmax_scale=softmax_scale,
+                             causal=causal, window_size=(left, right), softcap=softcap,
+                             alibi_slopes=alibi_slopes, dropout_p=dropout_p,
+                             deterministic=deterministic, q_descale=q_descale,
+                             k_descale=k_descale, v_descale=v_descale)
+        return (out, lse, None) if return_attn_probs else out
     if T.is_torch(q):
         ops = _torch_ops()
         rng = ops.make_rng_state(dropout_p)
@@ -161,18 +189,30 @@ def _num_seqs(cu_seqlens):
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
-                           return_attn_probs=False, block_table=None):
+                           return_attn_probs=False, block_table=None, q_descale=None,
+                           k_descale=None, v_descale=None):
     """Packed sequences: q (total_q, nheads, headdim), k, v (total_k, nheads_k,
     headdim[_v]), cu_seqlens_* int32 (batch + 1). Each sequence is its own
     problem (its own bottom-right alignment). Returns out (total_q, nheads,
     headdim_v); with return_attn_probs also softmax_lse (nheads, total_q) and
     the dropout mask (batch, nheads, max_seqlen_q, max_seqlen_k) or None.
+    float8 inputs as in flash_attn_func, the descales (batch, nheads_k) per
+    sequence.
     """
     if block_table is not None:
         raise NotImplementedError("flash_attn_varlen_func: block_table (paged KV in varlen) is "
                                   "not supported; use flash_attn_with_kvcache")
     dropout_p = _check_dropout(dropout_p)
     left, right = _window(window_size)
+    if _float8_call(q, (q_descale, k_descale, v_descale)):
+        out, lse = _core.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, want_lse=bool(return_attn_probs),
+                                    softmax_scale=softmax_scale, causal=causal,
+                                    window_size=(left, right), softcap=softcap,
+                                    alibi_slopes=alibi_slopes, dropout_p=dropout_p,
+                                    deterministic=deterministic, q_descale=q_descale,
+                                    k_descale=k_descale, v_descale=v_descale)
+        return (out, lse, None) if return_attn_probs else out
     if T.is_torch(q):
         ops = _torch_ops()
         rng = ops.make_rng_state(dropout_p)

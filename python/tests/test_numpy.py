@@ -395,3 +395,21 @@ def test_varlen_and_cache_errors(rng):
     table = np.array([[0, 7]], np.int32)  # block 7 does not exist
     _raises(fa.Status.ERR_BLOCK_TABLE, fa.flash_attn_with_kvcache, qd, kc, kc,
             cache_seqlens=6, block_table=table)
+
+
+def test_float8_errors(rng):
+    """float8 e4m3 is a forward of the Hopper GPUs: the CPU refuses it by
+    name; the descale factors are checked, and refused for other dtypes."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q = randn(rng, (1, 8, 2, 32), "float32")
+    one = np.ones((1, 2), np.float32)
+    err = _raises(fa.Status.ERR_OPTION, fa.flash_attn_func, q, q, q, k_descale=one)
+    assert "opts.k_descale" in str(err)
+    q8 = q.astype(ml_dtypes.float8_e4m3fn)
+    err = _raises(fa.Status.ERR_DTYPE, fa.flash_attn_func, q8, q8, q8, q_descale=one)
+    assert "float8" in str(err)
+    err = _raises(fa.Status.ERR_SHAPE, fa.flash_attn_func, q8, q8, q8, v_descale=np.ones((2, 2), np.float32))
+    assert "opts.v_descale" in str(err)
+    cu = np.array([0, 8], np.int32)
+    err = _raises(fa.Status.ERR_DTYPE, fa.flash_attn_varlen_func, q8[0], q8[0], q8[0], cu, cu, 8, 8)
+    assert "float8" in str(err)

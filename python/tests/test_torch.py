@@ -515,3 +515,113 @@ def test_cuda_rejects_float32():
     with pytest.raises(fa.FlashAttnError) as e:
         fa.flash_attn_func(q, q, q)
     assert e.value.status == fa.Status.ERR_DTYPE
+
+
+# ---------------------------------------------------------------------------
+# float8 e4m3 forward (Hopper)
+# ---------------------------------------------------------------------------
+
+F8 = getattr(torch, "float8_e4m3fn", None)
+
+
+def _hopper_ok():
+    return _cuda_ok() and F8 is not None and torch.cuda.get_device_capability() == (9, 0)
+
+
+def test_descale_refused_for_other_dtypes():
+    """Descale factors apply to float8 inputs only: the call is refused,
+    naming the argument, and writes nothing."""
+    q = torch.randn(1, 8, 2, 32)
+    with pytest.raises(fa.FlashAttnError) as e:
+        fa.flash_attn_func(q, q, q, k_descale=torch.ones(1, 2))
+    assert e.value.status == fa.Status.ERR_OPTION and "opts.k_descale" in str(e.value)
+
+
+def _float8_one(q, k, v, qd, kd, vd, causal, softcap):
+    """One sequence, (S, H, D) float8 tensors and (Hk,) descales: the float64
+    truth on the dequantised values, the naive same-precision baseline
+    (float32 scores, P rounded to e4m3, bfloat16 out) and each row's bound
+    on the lse error (2^-12 of its largest scale * sum |q_d k_d| over visible
+    keys, + 1e-4: the tensor cores' e4m3 sums keep ~14 bits)."""
+    g = q.shape[1] // k.shape[1]
+    deq = [x.double() * d.double().repeat_interleave(r)[None, :, None]
+           for x, d, r in ((q, qd, g), (k, kd, g), (v, vd, g))]
+    qf, kf, vf = deq[0], deq[1].repeat_interleave(g, 1), deq[2].repeat_interleave(g, 1)
+    D = q.shape[-1]
+    mask = torch.from_numpy(R.visible(q.shape[0], k.shape[0], causal)).to(q.device)
+    s = torch.einsum("ihd,jhd->hij", qf, kf) / D**0.5
+    absdot = torch.einsum("ihd,jhd->hij", qf.abs(), kf.abs()) / D**0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    truth = torch.einsum("hij,jhd->ihd", torch.softmax(s, dim=-1).nan_to_num(), vf)
+    s32 = s.float()
+    m = s32.amax(-1, keepdim=True).clamp_min(-1e30)
+    p = torch.exp(s32 - m)
+    v8 = (v.float().repeat_interleave(g, 1))
+    o = torch.einsum("hij,jhd->ihd", p.to(F8).float(), v8) / p.sum(-1).T[:, :, None].clamp_min(1e-30)
+    naive = (o * vd.float().repeat_interleave(g)[None, :, None]).to(torch.bfloat16).double()
+    bound = absdot.masked_fill(~mask, 0).amax(-1) * 2.0**-12 + 1e-4
+    return truth, naive, lse, bound
+
+
+def _float8_check(out, lse, truth, naive, ref_lse, bound):
+    assert out.dtype == torch.bfloat16 and not out.isnan().any()
+    err = (out.double() - truth).abs().max().item()
+    err_naive = (naive - truth).abs().max().item()
+    top = truth.abs().max().item()
+    half_ulp = 2.0 ** (np.floor(np.log2(top)) - 8) if top > 0 else 0.0
+    assert err <= 2 * err_naive + half_ulp, (err, err_naive, half_ulp)
+    empty = torch.isinf(ref_lse)
+    assert (lse[empty] == float("-inf")).all()
+    assert ((lse.double() - ref_lse).abs()[~empty] <= bound[~empty]).all()
+
+
+def _float8_inputs(lens_q, lens_k, hq, hk, d, scale=1.0):
+    B = len(lens_q)
+    mk = lambda n, h, s: (torch.randn(n, h, d, device="cuda") * s).to(F8)  # noqa: E731
+    q, k, v = mk(sum(lens_q), hq, scale), mk(sum(lens_k), hk, scale), mk(sum(lens_k), hk, 1.0)
+    desc = [0.5 + 1.5 * torch.rand(B, hk, device="cuda") for _ in range(3)]
+    return q, k, v, desc
+
+
+@pytest.mark.skipif(not _hopper_ok(), reason="needs a Hopper GPU")
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_float8(d, causal):
+    """flash_attn_func on float8 e4m3 with descales: bfloat16 out, lse, GQA."""
+    B, sq, sk = 2, 200, 333
+    q, k, v, (qd, kd, vd) = _float8_inputs([sq] * B, [sk] * B, 4, 2, d)
+    shape = lambda x, s: x.view(B, s, *x.shape[1:])  # noqa: E731
+    out, lse, _ = fa.flash_attn_func(shape(q, sq), shape(k, sk), shape(v, sk), causal=causal,
+                                     return_attn_probs=True, q_descale=qd, k_descale=kd,
+                                     v_descale=vd)
+    assert out.shape == (B, sq, 4, d)
+    for b in range(B):
+        rows, keys = slice(b * sq, (b + 1) * sq), slice(b * sk, (b + 1) * sk)
+        ref = _float8_one(q[rows], k[keys], v[keys], qd[b], kd[b], vd[b], causal, 0.0)
+        _float8_check(out[b], lse[b].T, *ref[:2], ref[2].T, ref[3].T)
+
+
+@pytest.mark.skipif(not _hopper_ok(), reason="needs a Hopper GPU")
+@pytest.mark.parametrize("d,causal,softcap", [(128, True, 0.0), (64, False, 0.0), (96, True, 30.0)])
+def test_cuda_float8_varlen(d, causal, softcap):
+    """flash_attn_varlen_func on float8: sequences ending inside a 32-key
+    chunk and a kv block, a single key, empty ones, descales per sequence."""
+    lens_q, lens_k = [130, 0, 1, 257, 7, 31], [130, 5, 1, 300, 0, 31]
+    if causal:
+        lens_k[3] = 257
+    q, k, v, (qd, kd, vd) = _float8_inputs(lens_q, lens_k, 4, 2, d, 3.0 if softcap else 1.0)
+    cu = [torch.tensor(np.cumsum([0] + x), device="cuda", dtype=torch.int32) for x in (lens_q, lens_k)]
+    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu[0], cu[1], max(lens_q), max(lens_k),
+                                            causal=causal, softcap=softcap, return_attn_probs=True,
+                                            q_descale=qd, k_descale=kd, v_descale=vd)
+    assert out.shape == q.shape and lse.shape == (4, q.shape[0])
+    for b in range(len(lens_q)):
+        rows = slice(int(cu[0][b]), int(cu[0][b + 1]))
+        keys = slice(int(cu[1][b]), int(cu[1][b + 1]))
+        if rows.stop == rows.start:
+            continue
+        ref = _float8_one(q[rows], k[keys], v[keys], qd[b], kd[b], vd[b], causal, softcap)
+        _float8_check(out[rows], lse[:, rows].T, ref[0], ref[1], ref[2].T, ref[3].T)
