@@ -545,7 +545,7 @@ def _float8_one(q, k, v, qd, kd, vd, causal, softcap):
     keys, + 1e-4: the tensor cores' e4m3 sums keep ~14 bits)."""
     g = q.shape[1] // k.shape[1]
     deq = [x.double() * d.double().repeat_interleave(r)[None, :, None]
-           for x, d, r in ((q, qd, g), (k, kd, g), (v, vd, g))]
+           for x, d, r in ((q, qd, g), (k, kd, 1), (v, vd, 1))]
     qf, kf, vf = deq[0], deq[1].repeat_interleave(g, 1), deq[2].repeat_interleave(g, 1)
     D = q.shape[-1]
     mask = torch.from_numpy(R.visible(q.shape[0], k.shape[0], causal)).to(q.device)
@@ -557,12 +557,13 @@ def _float8_one(q, k, v, qd, kd, vd, causal, softcap):
     lse = torch.logsumexp(s, dim=-1)
     truth = torch.einsum("hij,jhd->ihd", torch.softmax(s, dim=-1).nan_to_num(), vf)
     s32 = s.float()
-    m = s32.amax(-1, keepdim=True).clamp_min(-1e30)
+    rowmax = lambda x: x.amax(-1, keepdim=True) if x.shape[-1] else x.new_zeros(x.shape[:-1] + (1,))  # noqa: E731
+    m = rowmax(s32).clamp_min(-1e30)
     p = torch.exp(s32 - m)
     v8 = (v.float().repeat_interleave(g, 1))
     o = torch.einsum("hij,jhd->ihd", p.to(F8).float(), v8) / p.sum(-1).T[:, :, None].clamp_min(1e-30)
     naive = (o * vd.float().repeat_interleave(g)[None, :, None]).to(torch.bfloat16).double()
-    bound = absdot.masked_fill(~mask, 0).amax(-1) * 2.0**-12 + 1e-4
+    bound = rowmax(absdot.masked_fill(~mask, 0))[..., 0] * 2.0**-12 + 1e-4
     return truth, naive, lse, bound
 
 
