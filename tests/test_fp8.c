@@ -97,6 +97,71 @@ static void naive_fp8(const f8case *c, const float *q, const float *k, const flo
     free(o);
 }
 
+/* Checks the backend's out and lse (downloaded) against the truth (ro, rl)
+ * and the naive baseline's out (n_out), each row's lse bound from n_abs:
+ * out within twice the naive error plus half a bfloat16 ulp of the largest
+ * output, lse within its bound, rows without keys -inf, nothing unwritten
+ * and the padding intact. */
+static void check_outputs(const char *name, ft_tensor *out, ft_tensor *lse, const float *ro, const float *rl,
+                          const float *n_out, const float *n_abs) {
+    const int64_t no = ft_numel(out), nl = ft_numel(lse);
+    float *got = ft_to_f32(out), *got_lse = ft_to_f32(lse);
+    double err = 0, err_naive = 0, maxref = 0, err_lse = 0, lse_excess = 0; /* lse: error over its bound */
+    int64_t bad_empty = 0, nan_out = 0;
+    for (int64_t e = 0; e < no; ++e) {
+        if (isnan(got[e])) {
+            ++nan_out;
+            continue;
+        }
+        err = fmax(err, fabs((double)got[e] - ro[e]));
+        err_naive = fmax(err_naive, fabs((double)n_out[e] - ro[e]));
+        maxref = fmax(maxref, fabs((double)ro[e]));
+    }
+    for (int64_t e = 0; e < nl; ++e) {
+        if (rl[e] == -INFINITY) { /* no visible key: out 0 (checked through ro = 0), lse -inf */
+            if (got_lse[e] != -INFINITY) ++bad_empty;
+            continue;
+        }
+        if (isnan(got_lse[e])) ++nan_out;
+        else {
+            double d = fabs((double)got_lse[e] - rl[e]), bound = ldexp((double)n_abs[e], -12) + 1e-4;
+            err_lse = fmax(err_lse, d);
+            lse_excess = fmax(lse_excess, d / bound);
+        }
+    }
+    double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
+    double tol = 2 * err_naive + half_ulp;
+    int pad_ok = ft_padding_intact(out) && ft_padding_intact(lse);
+    int ok = nan_out == 0 && bad_empty == 0 && pad_ok && err <= tol && lse_excess <= 1.0;
+    ft_check(ok, name,
+             "out err %.3g (naive %.3g, tol %.3g), lse err %.3g (at most %.2f of its bound), unwritten %lld, empty rows wrong %lld%s",
+             err, err_naive, tol, err_lse, lse_excess, (long long)nan_out, (long long)bad_empty, pad_ok ? "" : ", padding written");
+    free(got), free(got_lse);
+}
+
+/* The descales (q, k, v) of the call under test. */
+static void set_descales(fa_options *opts, ft_tensor desc[3]) {
+    opts->q_descale = ft_arg(&desc[0]);
+    opts->k_descale = ft_arg(&desc[1]);
+    opts->v_descale = ft_arg(&desc[2]);
+}
+
+/* Whether the call under test (status st) ran: then out and lse are
+ * downloaded; a backend without float8 skips, any other error fails. */
+static int backend_ran(const char *name, const char *call, fa_status st, ft_tensor *out, ft_tensor *lse) {
+    if (st == FA_ERR_DTYPE) {
+        ft_skip(name, "%s", fa_last_error());
+        return 0;
+    }
+    if (st != FA_OK) {
+        ft_fail(name, "%s: %s %s", call, fa_status_name(st), fa_last_error());
+        return 0;
+    }
+    ft_download(out);
+    ft_download(lse);
+    return 1;
+}
+
 static void run_case(const f8case *c) {
     char name[200];
     snprintf(name, sizeof name, "e4m3 %s B%lld S%lldx%lld H%lld/%lld D%lld", c->label, (long long)c->B,
@@ -150,70 +215,27 @@ static void run_case(const f8case *c) {
     fa_status st = fa_fwd(ft_ref_ctx, &a[0], &a[1], &a[2], &opts, &a[3], &a[4]);
     ft_tensor out = ft_alloc4(FA_BF16, c->B, c->Sq, c->Hq, c->D, FT_PADDED);
     ft_tensor lse = ft_alloc(FA_F32, 3, (int64_t[]){c->B, c->Hq, c->Sq}, FT_PADDED);
-    float *n_out = NULL, *n_lse = NULL, *n_abs = NULL, *got = NULL, *got_lse = NULL;
+    float *n_out = NULL, *n_lse = NULL, *n_abs = NULL;
     if (st != FA_OK) {
         ft_fail(name, "reference: %s %s", fa_status_name(st), fa_last_error());
         goto done;
     }
 
     /* The backend under test on the e4m3 tensors. */
-    opts.q_descale = ft_arg(&desc[0]);
-    opts.k_descale = ft_arg(&desc[1]);
-    opts.v_descale = ft_arg(&desc[2]);
+    set_descales(&opts, desc);
     fa_tensor xq = ft_arg(&q), xk = ft_arg(&k), xv = ft_arg(&v), xo = ft_arg(&out), xl = ft_arg(&lse);
     st = fa_fwd(ft_ctx, &xq, &xk, &xv, &opts, &xo, &xl);
-    if (st == FA_ERR_DTYPE) {
-        ft_skip(name, "%s", fa_last_error());
-        goto done;
-    }
-    if (st != FA_OK) {
-        ft_fail(name, "fwd: %s %s", fa_status_name(st), fa_last_error());
-        goto done;
-    }
-    ft_download(&out);
-    ft_download(&lse);
+    if (!backend_ran(name, "fwd", st, &out, &lse)) goto done;
 
     int64_t no = ft_numel(&out), nl = ft_numel(&lse);
     n_out = malloc((size_t)no * sizeof(float));
     n_lse = malloc((size_t)nl * sizeof(float));
     n_abs = malloc((size_t)nl * sizeof(float));
     naive_fp8(c, qf, kf, v8, dv, n_out, n_lse, n_abs);
-    got = ft_to_f32(&out);
-    got_lse = ft_to_f32(&lse);
-    const float *ro = (const float *)oref.host, *rl = (const float *)lref.host;
-    double err = 0, err_naive = 0, maxref = 0, err_lse = 0, lse_excess = 0; /* lse: error over its bound */
-    int64_t bad_empty = 0, nan_out = 0;
-    for (int64_t e = 0; e < no; ++e) {
-        if (isnan(got[e])) {
-            ++nan_out;
-            continue;
-        }
-        err = fmax(err, fabs((double)got[e] - ro[e]));
-        err_naive = fmax(err_naive, fabs((double)n_out[e] - ro[e]));
-        maxref = fmax(maxref, fabs((double)ro[e]));
-    }
-    for (int64_t e = 0; e < nl; ++e) {
-        if (rl[e] == -INFINITY) { /* no visible key: out 0 (checked through ro = 0), lse -inf */
-            if (got_lse[e] != -INFINITY) ++bad_empty;
-            continue;
-        }
-        if (isnan(got_lse[e])) ++nan_out;
-        else {
-            double d = fabs((double)got_lse[e] - rl[e]), bound = ldexp((double)n_abs[e], -12) + 1e-4;
-            err_lse = fmax(err_lse, d);
-            lse_excess = fmax(lse_excess, d / bound);
-        }
-    }
-    double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
-    double tol = 2 * err_naive + half_ulp;
-    int pad_ok = ft_padding_intact(&out) && ft_padding_intact(&lse);
-    int ok = nan_out == 0 && bad_empty == 0 && pad_ok && err <= tol && lse_excess <= 1.0;
-    ft_check(ok, name,
-             "out err %.3g (naive %.3g, tol %.3g), lse err %.3g (at most %.2f of its bound), unwritten %lld, empty rows wrong %lld%s",
-             err, err_naive, tol, err_lse, lse_excess, (long long)nan_out, (long long)bad_empty, pad_ok ? "" : ", padding written");
+    check_outputs(name, &out, &lse, (const float *)oref.host, (const float *)lref.host, n_out, n_abs);
 
 done:
-    free(qf), free(kf), free(v8), free(vf), free(n_out), free(n_lse), free(n_abs), free(got), free(got_lse);
+    free(qf), free(kf), free(v8), free(vf), free(n_out), free(n_lse), free(n_abs);
     ft_free(&q), ft_free(&k), ft_free(&v), ft_free(&tq), ft_free(&tk), ft_free(&tv), ft_free(&oref), ft_free(&lref);
     ft_free(&out), ft_free(&lse);
     for (int i = 0; i < 3; ++i) ft_free(&desc[i]);
@@ -305,29 +327,18 @@ static void run_varlen_case(const f8varlen *c) {
     ft_tensor lse = ft_alloc(FA_F32, 2, (int64_t[]){Hq, TQ}, FT_PADDED);
     const int64_t no = TQ * Hq * D, nl = Hq * TQ;
     float *n_out = malloc((size_t)(no + 1) * sizeof(float)), *n_lse = malloc((size_t)(nl + 1) * sizeof(float));
-    float *n_abs = malloc((size_t)(nl + 1) * sizeof(float)), *got = NULL, *got_lse = NULL;
+    float *n_abs = malloc((size_t)(nl + 1) * sizeof(float));
     if (st != FA_OK) {
         ft_fail(name, "reference: %s %s", fa_status_name(st), fa_last_error());
         goto done;
     }
 
     /* The backend under test on the e4m3 tensors (the longest lengths passed, as callers do). */
-    opts.q_descale = ft_arg(&desc[0]);
-    opts.k_descale = ft_arg(&desc[1]);
-    opts.v_descale = ft_arg(&desc[2]);
+    set_descales(&opts, desc);
     fa_tensor xq = ft_arg(&q), xk = ft_arg(&k), xv = ft_arg(&v), xcq = ft_arg(&cu[0]), xck = ft_arg(&cu[1]);
     fa_tensor xo = ft_arg(&out), xl = ft_arg(&lse);
     st = fa_varlen_fwd(ft_ctx, &xq, &xk, &xv, &xcq, &xck, maxlen[0], maxlen[1], &opts, &xo, &xl);
-    if (st == FA_ERR_DTYPE) {
-        ft_skip(name, "%s", fa_last_error());
-        goto done;
-    }
-    if (st != FA_OK) {
-        ft_fail(name, "varlen fwd: %s %s", fa_status_name(st), fa_last_error());
-        goto done;
-    }
-    ft_download(&out);
-    ft_download(&lse);
+    if (!backend_ran(name, "varlen fwd", st, &out, &lse)) goto done;
 
     /* Naive baseline, one sequence at a time, scattered into the packed layouts. */
     for (int b = 0; b < c->nseq; ++b) {
@@ -342,42 +353,10 @@ static void run_varlen_case(const f8varlen *c) {
             }
         free(l), free(ab);
     }
-    got = ft_to_f32(&out);
-    got_lse = ft_to_f32(&lse);
-    const float *ro = (const float *)oref.host, *rl = (const float *)lref.host;
-    double err = 0, err_naive = 0, maxref = 0, err_lse = 0, lse_excess = 0;
-    int64_t bad_empty = 0, nan_out = 0;
-    for (int64_t e = 0; e < no; ++e) {
-        if (isnan(got[e])) {
-            ++nan_out;
-            continue;
-        }
-        err = fmax(err, fabs((double)got[e] - ro[e]));
-        err_naive = fmax(err_naive, fabs((double)n_out[e] - ro[e]));
-        maxref = fmax(maxref, fabs((double)ro[e]));
-    }
-    for (int64_t e = 0; e < nl; ++e) {
-        if (rl[e] == -INFINITY) {
-            if (got_lse[e] != -INFINITY) ++bad_empty;
-            continue;
-        }
-        if (isnan(got_lse[e])) ++nan_out;
-        else {
-            double d = fabs((double)got_lse[e] - rl[e]), bound = ldexp((double)n_abs[e], -12) + 1e-4;
-            err_lse = fmax(err_lse, d);
-            lse_excess = fmax(lse_excess, d / bound);
-        }
-    }
-    double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
-    double tol = 2 * err_naive + half_ulp;
-    int pad_ok = ft_padding_intact(&out) && ft_padding_intact(&lse);
-    int ok = nan_out == 0 && bad_empty == 0 && pad_ok && err <= tol && lse_excess <= 1.0;
-    ft_check(ok, name,
-             "out err %.3g (naive %.3g, tol %.3g), lse err %.3g (at most %.2f of its bound), unwritten %lld, empty rows wrong %lld%s",
-             err, err_naive, tol, err_lse, lse_excess, (long long)nan_out, (long long)bad_empty, pad_ok ? "" : ", padding written");
+    check_outputs(name, &out, &lse, (const float *)oref.host, (const float *)lref.host, n_out, n_abs);
 
 done:
-    free(qf), free(kf), free(v8), free(vf), free(n_out), free(n_lse), free(n_abs), free(got), free(got_lse);
+    free(qf), free(kf), free(v8), free(vf), free(n_out), free(n_lse), free(n_abs);
     ft_free(&q), ft_free(&k), ft_free(&v), ft_free(&tq), ft_free(&tk), ft_free(&tv), ft_free(&oref), ft_free(&lref);
     ft_free(&out), ft_free(&lse), ft_free(&cu[0]), ft_free(&cu[1]);
     for (int i = 0; i < 3; ++i) ft_free(&desc[i]);
