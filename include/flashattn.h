@@ -13,7 +13,7 @@
  * tensors pass through without a copy.
  *
  *   q   (B, Sq, Hq, D)      k (B, Sk, Hk, D)      v (B, Sk, Hk, Dv)
- *   out (B, Sq, Hq, Dv) in q's dtype      lse (B, Hq, Sq) float32
+ *   out (B, Sq, Hq, Dv) in q's dtype (bf16 for float8)  lse (B, Hq, Sq) float32
  *
  * Hq % Hk == 0; query head h reads kv head h / (Hq / Hk) (MQA, GQA).
  *
@@ -114,7 +114,7 @@ typedef enum fa_dtype {
     FA_F32 = 0,
     FA_F16 = 1,
     FA_BF16 = 2,
-    FA_F8_E4M3 = 3, /* forward inputs on Hopper only: head dims 16..128 in steps of 16, batched or varlen */
+    FA_F8_E4M3 = 3, /* forward inputs (CPU; Hopper: head dims 16..128 in steps of 16), bf16 out */
     FA_I32 = 4,     /* index tensors: cu_seqlens, cache_seqlens, block_table */
     FA_U8 = 5       /* dropout masks */
 } fa_dtype;
@@ -245,7 +245,7 @@ FA_API size_t fa_context_workspace_needed(const fa_context *ctx);
 /* Forward and backward                                                      */
 /* ------------------------------------------------------------------------- */
 /*
- * out (B, Sq, Hq, Dv) in q's dtype; lse (B, Hq, Sq) float32, may be NULL.
+ * out (B, Sq, Hq, Dv) in q's dtype (bfloat16 for float8 inputs); lse (B, Hq, Sq) float32, may be NULL.
  * Sq or Sk may be 0.
  */
 FA_API fa_status fa_fwd(fa_context *ctx,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/cpu/cpu_attn.h"
 #include "../src/cpu/cpu_kernels.h"
 #include "../src/cpu/cpu_probe.h"
 #include "convert.h"
@@ -280,6 +281,23 @@ static void test_small_head_dims(void) {
     fa_context_destroy(ref);
 }
 
+/* float8 rows widen through a table: each of the 256 codes as the exact
+ * decoding gives it (NaN for S.1111.111). */
+static void test_e4m3_widening(void) {
+    uint8_t codes[256];
+    float got[256];
+    for (int i = 0; i < 256; ++i) codes[i] = (uint8_t)i;
+    cpu_load_row_f32(cpu_kernels_select(), FA_F8_E4M3, codes, got, 256);
+    int bad = 0;
+    for (int i = 0; i < 256; ++i) {
+        float want = fa_e4m3_to_f32((uint8_t)i);
+        bad += isnan(want) ? !isnan(got[i]) : memcmp(&want, &got[i], sizeof want) != 0;
+    }
+    char detail[64];
+    snprintf(detail, sizeof detail, "%d of 256 codes differ", bad);
+    check(bad == 0, "e4m3 widening", "table", detail);
+}
+
 static void test_set(const cpu_kernels *kr) {
     test_gemm_f32(kr);
     test_gemm_bf16(kr);
@@ -306,6 +324,7 @@ int main(void) {
     (void)f;
 #endif
     test_small_head_dims();
+    test_e4m3_widening();
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures != 0;
 }

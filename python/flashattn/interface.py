@@ -15,8 +15,8 @@ or NumPy arrays (CPU; forward only). Differences from flash-attn:
   are not supported (NotImplementedError); ``cache_batch_idx`` is supported for
   contiguous caches; ``block_table`` accepts any page size.
 * ``flash_attn_varlen_func(block_table=...)`` is not supported.
-* float8 e4m3 inputs (forward only, Hopper GPUs; head dims 16 to 128 in steps
-  of 16): ``flash_attn_func`` and ``flash_attn_varlen_func`` take
+* float8 e4m3 inputs (forward only; on the CPU, and on Hopper GPUs at head
+  dims 16 to 128 in steps of 16): ``flash_attn_func`` and ``flash_attn_varlen_func`` take
   ``q_descale``, ``k_descale`` and ``v_descale`` (float32
   ``(batch, nheads_k)``, as in flash-attn 3) and return bfloat16. These calls
   carry no autograd.
@@ -114,7 +114,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     also softmax_lse (batch, nheads, seqlen_q) float32 and the dropout mask
     (None without dropout).
 
-    float8 e4m3 q, k, v (Hopper): q_descale, k_descale, v_descale (float32
+    float8 e4m3 q, k, v (CPU, Hopper GPUs): q_descale, k_descale, v_descale (float32
     (batch, nheads_k), None for 1) multiply them back to their real scale;
     out is bfloat16, and the call has no autograd.
     """

@@ -397,19 +397,72 @@ def test_varlen_and_cache_errors(rng):
             cache_seqlens=6, block_table=table)
 
 
+def _float8(rng, lens_q, lens_k, hq, hk, d):
+    """float8 e4m3 q, k, v packed (total, heads, d), descales (sequences, hk)
+    and the exactly dequantised float64 copies."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    f8 = ml_dtypes.float8_e4m3fn
+    q, k, v = (randn(rng, (sum(n), h, d), "float32").astype(f8)
+               for n, h in ((lens_q, hq), (lens_k, hk), (lens_k, hk)))
+    desc = [(0.5 + 1.5 * rng.random((len(lens_q), hk))).astype(np.float32) for _ in range(3)]
+    seq_q = np.repeat(np.arange(len(lens_q)), lens_q)
+    seq_k = np.repeat(np.arange(len(lens_k)), lens_k)
+    deq = [x.astype(np.float64) * np.repeat(dd, x.shape[1] // hk, axis=1)[seq][:, :, None]
+           for x, dd, seq in ((q, desc[0], seq_q), (k, desc[1], seq_k), (v, desc[2], seq_k))]
+    return (q, k, v), desc, deq
+
+
+def _check_float8(out, lse, deq, causal):
+    """One sequence's bfloat16 out (S, H, D) and lse (H, S) against the
+    float64 truth; the naive baseline rounds to bfloat16 after every step."""
+    import ml_dtypes
+    q, k, v = (x[None] for x in deq)
+    ref, ref_lse = R.attention(q, k, v, causal=causal)
+    naive = R.attention(q, k, v, causal=causal, dtype=ml_dtypes.bfloat16)[0]
+    assert out.dtype == ml_dtypes.bfloat16
+    R.assert_close(out[None].astype(np.float32), ref, naive, unit=2.0**-8)
+    fin = np.isfinite(ref_lse[0])
+    assert np.all(lse[~fin] == -np.inf)
+    assert R.max_err(lse[fin], ref_lse[0][fin]) <= 1e-4 * max(1.0, np.abs(ref_lse[0][fin]).max(initial=0))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_float8_forward(rng, causal):
+    """float8 e4m3 inputs with descales on the CPU: bfloat16 out, lse, GQA."""
+    (q, k, v), desc, deq = _float8(rng, [37, 37], [50, 50], 4, 2, 32)
+    shape = lambda x: x.reshape(2, -1, *x.shape[1:])  # noqa: E731
+    out, lse, _ = fa.flash_attn_func(shape(q), shape(k), shape(v), causal=causal, return_attn_probs=True,
+                                     q_descale=desc[0], k_descale=desc[1], v_descale=desc[2])
+    for b in range(2):
+        rows, keys = slice(37 * b, 37 * (b + 1)), slice(50 * b, 50 * (b + 1))
+        _check_float8(out[b], lse[b], [deq[0][rows], deq[1][keys], deq[2][keys]], causal)
+
+
+def test_float8_varlen(rng):
+    """Packed float8 sequences (one without keys), descales per sequence."""
+    lens_q, lens_k = [5, 40, 1, 9], [7, 33, 0, 60]
+    (q, k, v), desc, deq = _float8(rng, lens_q, lens_k, 2, 1, 48)
+    cu_q, cu_k = (np.cumsum([0] + x).astype(np.int32) for x in (lens_q, lens_k))
+    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                            return_attn_probs=True, q_descale=desc[0], k_descale=desc[1],
+                                            v_descale=desc[2])
+    for b in range(len(lens_q)):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        _check_float8(out[rows], lse[:, rows], [deq[0][rows], deq[1][keys], deq[2][keys]], True)
+
+
 def test_float8_errors(rng):
-    """float8 e4m3 is a forward of the Hopper GPUs: the CPU refuses it by
-    name; the descale factors are checked, and refused for other dtypes."""
+    """The descale factors are checked, and refused for other dtypes; float8
+    has no backward."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
     q = randn(rng, (1, 8, 2, 32), "float32")
     one = np.ones((1, 2), np.float32)
     err = _raises(fa.Status.ERR_OPTION, fa.flash_attn_func, q, q, q, k_descale=one)
     assert "opts.k_descale" in str(err)
     q8 = q.astype(ml_dtypes.float8_e4m3fn)
-    err = _raises(fa.Status.ERR_DTYPE, fa.flash_attn_func, q8, q8, q8, q_descale=one)
-    assert "float8" in str(err)
     err = _raises(fa.Status.ERR_SHAPE, fa.flash_attn_func, q8, q8, q8, v_descale=np.ones((2, 2), np.float32))
     assert "opts.v_descale" in str(err)
-    cu = np.array([0, 8], np.int32)
-    err = _raises(fa.Status.ERR_DTYPE, fa.flash_attn_varlen_func, q8[0], q8[0], q8[0], cu, cu, 8, 8)
+    out = np.zeros((1, 8, 2, 32), ml_dtypes.bfloat16)
+    lse = np.zeros((1, 2, 8), np.float32)
+    err = _raises(fa.Status.ERR_DTYPE, _core.bwd, out, q8, q8, q8, out, lse)
     assert "float8" in str(err)

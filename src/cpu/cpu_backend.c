@@ -7,11 +7,14 @@
 
 #include "cpu_attn.h"
 
+/* float8 e4m3 inputs: the forward only, each row widened and times its
+ * descale (the exact values the caller quantised), bfloat16 out. */
 static fa_status cpu_supports(const fa_problem *p, fa_op op) {
-    if (p->dtype != FA_F32 && p->dtype != FA_F16 && p->dtype != FA_BF16)
+    if (p->dtype == FA_F8_E4M3 && op != FA_OP_FWD)
+        return fa_set_error(FA_ERR_DTYPE, "q: float8_e4m3 is a forward input (the CPU backend has no float8 %s)",
+                            op == FA_OP_BWD ? "backward" : "KV cache");
+    if (p->dtype != FA_F32 && p->dtype != FA_F16 && p->dtype != FA_BF16 && p->dtype != FA_F8_E4M3)
         return fa_set_error(FA_ERR_DTYPE, "q: dtype %s is not supported by the CPU backend", fa_dtype_name(p->dtype));
-    if (p->q_descale || p->k_descale || p->v_descale)
-        return fa_set_error(FA_ERR_UNSUPPORTED, "q_descale: float8 descale factors are not supported by the CPU backend");
     return FA_OK;
 }
 

@@ -148,6 +148,7 @@ static size_t fwd_scratch_bytes(const fa_problem *p) {
 typedef struct fwd_job {
     const fa_problem *p;
     const cpu_kernels *kr;
+    fa_dtype out_dtype;   /* the output's: q's, or bf16 for float8 inputs */
     int bf16;             /* bf16 pair kernels, else f32 */
     int few_rows;         /* every block has at most CPU_FEW_ROWS rows and takes the few-row path:
                              Q [rows][D] and O [rows][dvpad], head dim along the lanes */
@@ -163,6 +164,17 @@ typedef struct fwd_job {
 
 static const char *row_ptr(const fa_view *v, fa_dtype t, int64_t off) {
     return (const char *)v->data + off * (int64_t)fa_dtype_size(t);
+}
+
+/* Row `off` of q, k or v (view v) as n floats: widened, and for float8
+ * inputs times its (sequence b, kv head kvh) descale (NULL: 1), which makes
+ * it the exact real value the caller quantised. */
+static void load_row(const fwd_job *job, const fa_view *v, int64_t off, const float *descale, int64_t b, int64_t kvh,
+                     float *dst, int64_t n) {
+    const fa_problem *p = job->p;
+    cpu_load_row_f32(job->kr, p->dtype, row_ptr(v, p->dtype, off), dst, n);
+    if (descale)
+        for (int64_t i = 0; i < n; ++i) dst[i] *= descale[b * p->Hk + kvh];
 }
 
 /* Packs the block's queries transposed: column c is query row (head[c], row[c]). */
@@ -187,8 +199,8 @@ static void pack_q(const fwd_job *job, q_block *q, int64_t b, float *tmp) {
                 for (int64_t d = 0; d < p->D; ++d) qt[d * ncols + c] = 0.0f;
                 continue;
             }
-            cpu_load_row_f32(job->kr, p->dtype, row_ptr(&p->q, p->dtype, fa_q_offset(p, &p->q, b, q->row[c], q->head[c])),
-                             tmp, p->D);
+            load_row(job, &p->q, fa_q_offset(p, &p->q, b, q->row[c], q->head[c]), p->q_descale, b,
+                     fa_kv_head(p, q->head[c]), tmp, p->D);
             for (int64_t d = 0; d < p->D; ++d) qt[d * ncols + c] = tmp[d];
         }
     }
@@ -224,8 +236,8 @@ static void load_tile(const fwd_job *job, fwd_scratch *w, int64_t b, int64_t kvh
     } else {
         float *kb = w->kbuf, *vb = w->vbuf;
         for (int64_t j = 0; j < nj; ++j) {
-            cpu_load_row_f32(job->kr, p->dtype, row_ptr(&p->k, p->dtype, fa_k_offset(p, &p->k, b, j0 + j, kvh)), kb + j * p->D, p->D);
-            cpu_load_row_f32(job->kr, p->dtype, row_ptr(&p->v, p->dtype, fa_k_offset(p, &p->v, b, j0 + j, kvh)), vb + j * w->v_rs, p->Dv);
+            load_row(job, &p->k, fa_k_offset(p, &p->k, b, j0 + j, kvh), p->k_descale, b, kvh, kb + j * p->D, p->D);
+            load_row(job, &p->v, fa_k_offset(p, &p->v, b, j0 + j, kvh), p->v_descale, b, kvh, vb + j * w->v_rs, p->Dv);
         }
         w->ka = kb;
         w->ka_rs = p->D;
@@ -301,12 +313,13 @@ static void finish_block(const fwd_job *job, q_block *q, int64_t b, int split, f
             continue;
         }
         int64_t off = fa_q_offset(p, &p->out, b, i, h);
-        if (p->dtype == FA_F32) {
+        if (job->out_dtype == FA_F32) {
             float *o = (float *)p->out.data + off;
             for (int64_t d = 0; d < p->Dv; ++d) o[d] = empty ? 0.0f : oc[d * d_stride] * inv;
         } else { /* gather the row, then convert it in one pass */
             for (int64_t d = 0; d < p->Dv; ++d) tmp[d] = empty ? 0.0f : oc[d * d_stride] * inv;
-            cpu_store_row(job->kr, p->dtype, (char *)p->out.data + off * (int64_t)fa_dtype_size(p->dtype), tmp, p->Dv, 1.0f);
+            cpu_store_row(job->kr, job->out_dtype, (char *)p->out.data + off * (int64_t)fa_dtype_size(job->out_dtype), tmp,
+                          p->Dv, 1.0f);
         }
         if (p->lse) p->lse[fa_lse_offset(p, b, h, i)] = lse;
     }
@@ -343,8 +356,8 @@ static void pack_q_rows(const fwd_job *job, q_block *q, int64_t b) {
     const fa_problem *p = job->p;
     float *qn = q->qt;
     for (int64_t c = 0; c < q->nrows; ++c)
-        cpu_load_row_f32(job->kr, p->dtype, row_ptr(&p->q, p->dtype, fa_q_offset(p, &p->q, b, q->row[c], q->head[c])),
-                         qn + c * p->D, p->D);
+        load_row(job, &p->q, fa_q_offset(p, &p->q, b, q->row[c], q->head[c]), p->q_descale, b,
+                 fa_kv_head(p, q->head[c]), qn + c * p->D, p->D);
 }
 
 /* Keys per chunk of the few-row path: the next tile's rows are prefetched chunk by chunk. */
@@ -531,7 +544,7 @@ static void merge_task(void *arg, int64_t t, int worker) {
         }
         int64_t off = fa_q_offset(p, &p->out, b, i, h);
         if (mx == -INFINITY) {
-            for (int64_t d = 0; d < p->Dv; ++d) fa_store_f(p->out.data, p->dtype, off + d, 0.0f);
+            for (int64_t d = 0; d < p->Dv; ++d) fa_store_f(p->out.data, job->out_dtype, off + d, 0.0f);
             if (p->lse) p->lse[fa_lse_offset(p, b, h, i)] = -INFINITY;
             continue;
         }
@@ -545,7 +558,7 @@ static void merge_task(void *arg, int64_t t, int worker) {
                 float wgt = expf(job->part_lse[idx] - mx); /* 0 for an empty split */
                 if (wgt > 0.0f) acc += wgt * job->part_o[idx * p->Dv + d];
             }
-            fa_store_f(p->out.data, p->dtype, off + d, acc / sum);
+            fa_store_f(p->out.data, job->out_dtype, off + d, acc / sum);
         }
         if (p->lse) p->lse[fa_lse_offset(p, b, h, i)] = mx + logf(sum);
     }
@@ -565,6 +578,7 @@ fa_status cpu_forward(const fa_problem *p, const fa_exec *x, int num_splits) {
     fwd_job job;
     memset(&job, 0, sizeof job);
     job.p = p;
+    job.out_dtype = p->dtype == FA_F8_E4M3 ? FA_BF16 : p->dtype; /* float8 inputs give a bfloat16 output */
     job.kr = cpu_kernels_select();
     job.bf16 = cpu_use_bf16(p, job.kr);
     job.g = fwd_geometry_of(p, num_splits);

@@ -201,21 +201,23 @@ fa_status fa_ref_bwd(const fa_problem *p, const fa_exec *x) {
 
 /*
  * Tensors reach this backend only from the CPU: the front end routes CUDA
- * tensors elsewhere and refuses FA_BACKEND_REFERENCE for them. What is left to
- * refuse is a storage dtype the CPU does not hold (float8). The forward item
- * already dequantises e4m3 inputs exactly (times their descales) and writes
- * a bfloat16 output; accepting FA_F8_E4M3 for FA_OP_FWD here turns it on.
+ * tensors elsewhere and refuses FA_BACKEND_REFERENCE for them. float8 e4m3
+ * is a forward input: the forward item dequantises it exactly (times the
+ * descales) and writes a bfloat16 output.
  */
 static fa_status ref_supports(const fa_problem *p, fa_op op) {
-    (void)op;
     switch (p->dtype) {
     case FA_F32:
     case FA_F16:
     case FA_BF16:
         return FA_OK;
+    case FA_F8_E4M3:
+        if (op == FA_OP_FWD) return FA_OK;
+        return fa_set_error(FA_ERR_DTYPE, "q: float8_e4m3 is a forward input (the reference backend has no float8 %s)",
+                            op == FA_OP_BWD ? "backward" : "KV cache");
     default:
         return fa_set_error(FA_ERR_DTYPE, "q: dtype %s is not supported by the reference backend "
-                            "(float32, float16 or bfloat16 on the CPU)", fa_dtype_name(p->dtype));
+                            "(float32, float16, bfloat16, or float8_e4m3 forward, on the CPU)", fa_dtype_name(p->dtype));
     }
 }
 
