@@ -412,6 +412,8 @@ int main(void) {
         {"head dim 96", 2, 113, 203, 4, 2, 96, 1, 0.f, 1.0},
         {"head dim 64", 1, 300, 700, 2, 1, 64, 0, 0.f, 1.0},
         {"head dim 32, long", 1, 1500, 1700, 2, 2, 32, 1, 0.f, 1.0},
+        /* decode: one query row over many keys (the CPU splits the keys) */
+        {"decode", 1, 1, 5000, 2, 1, 128, 0, 0.f, 1.0},
         /* query rows that are not whole 192-row tiles, no mask: tiles of
          * 64-row groups that run across heads (GQA: across kv heads too) */
         {"row groups across heads", 2, 300, 333, 3, 1, 128, 0, 0.f, 1.0},
