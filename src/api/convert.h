@@ -73,18 +73,20 @@ static inline uint16_t fa_f32_to_f16(float f) {
     return (uint16_t)(sign | (r >> 13));
 }
 
-/* float8 e4m3 ("fn": no infinities; S.1111.111 is NaN; largest finite 448;
- * subnormals m * 2^-9). Exact on the way in. */
-static inline float fa_e4m3_to_f32(uint8_t v) {
-    int e = (v >> 3) & 0xF, m = v & 7;
-    float mag;
-    if (e == 0xF && m == 7) return (v & 0x80) ? -NAN : NAN;
-    if (e == 0)
-        mag = ldexpf((float)m, -9);
-    else
-        mag = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) * 2^(e-7) */
-    return (v & 0x80) ? -mag : mag;
-}
+/* float8 e4m3 ("fn": no infinities; S.1111.111 is NaN; largest finite 448).
+ * Exact on the way in, as a table of constant expressions: a normal value
+ * (exponent field e > 0) is (1 + m/8) 2^(e-7) = (8 + m) 2^(e-10), a
+ * subnormal m 2^-9. */
+#define FA_E4M3_MAG(v) (((v) & 0x78) ? (float)(8 + ((v) & 7)) * (float)(1 << (((v) >> 3) & 15)) * 0x1p-10f \
+                                     : (float)((v) & 7) * 0x1p-9f)
+#define FA_E4M3(v) (((v) & 0x7F) == 0x7F ? NAN : ((v) & 0x80) ? -FA_E4M3_MAG(v) : FA_E4M3_MAG(v))
+#define FA_E4M3_8(v) FA_E4M3(v), FA_E4M3(v + 1), FA_E4M3(v + 2), FA_E4M3(v + 3), FA_E4M3(v + 4), FA_E4M3(v + 5), \
+                     FA_E4M3(v + 6), FA_E4M3(v + 7)
+#define FA_E4M3_64(v) FA_E4M3_8(v), FA_E4M3_8(v + 8), FA_E4M3_8(v + 16), FA_E4M3_8(v + 24), FA_E4M3_8(v + 32), \
+                      FA_E4M3_8(v + 40), FA_E4M3_8(v + 48), FA_E4M3_8(v + 56)
+static const float fa_e4m3_values[256] = {FA_E4M3_64(0), FA_E4M3_64(64), FA_E4M3_64(128), FA_E4M3_64(192)};
+
+static inline float fa_e4m3_to_f32(uint8_t v) { return fa_e4m3_values[v]; }
 
 /* float -> e4m3, round to nearest even, saturating to +-448 (as the CUDA
  * satfinite conversion does); NaN stays NaN. */

@@ -173,8 +173,10 @@ static void load_row(const fwd_job *job, const fa_view *v, int64_t off, const fl
                      float *dst, int64_t n) {
     const fa_problem *p = job->p;
     cpu_load_row_f32(job->kr, p->dtype, row_ptr(v, p->dtype, off), dst, n);
-    if (descale)
-        for (int64_t i = 0; i < n; ++i) dst[i] *= descale[b * p->Hk + kvh];
+    if (descale) {
+        const float f = descale[b * p->Hk + kvh]; /* read once: dst may alias it as far as the compiler knows */
+        for (int64_t i = 0; i < n; ++i) dst[i] *= f;
+    }
 }
 
 /* Packs the block's queries transposed: column c is query row (head[c], row[c]). */

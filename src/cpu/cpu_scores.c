@@ -12,24 +12,13 @@
 
 #define LOG2E 1.4426950408889634f
 
-/* float8 e4m3 to float32 as a table of constant expressions: a normal
- * value is (8 + m) 2^(e - 10), a subnormal m 2^-9, S.1111.111 NaN (the
- * decoding of fa_e4m3_to_f32, without its calls to ldexpf). */
-#define E4M3_MAG(v) (((v) & 0x78) ? (float)(8 + ((v) & 7)) * (float)(1 << (((v) >> 3) & 15)) * 0x1p-10f \
-                                  : (float)((v) & 7) * 0x1p-9f)
-#define E4M3(v) (((v) & 0x7F) == 0x7F ? NAN : ((v) & 0x80) ? -E4M3_MAG(v) : E4M3_MAG(v))
-#define E4M3_8(v) E4M3(v), E4M3(v + 1), E4M3(v + 2), E4M3(v + 3), E4M3(v + 4), E4M3(v + 5), E4M3(v + 6), E4M3(v + 7)
-#define E4M3_64(v) E4M3_8(v), E4M3_8(v + 8), E4M3_8(v + 16), E4M3_8(v + 24), E4M3_8(v + 32), E4M3_8(v + 40), \
-                   E4M3_8(v + 48), E4M3_8(v + 56)
-static const float e4m3_value[256] = {E4M3_64(0), E4M3_64(64), E4M3_64(128), E4M3_64(192)};
-
 void cpu_load_row_f32(const cpu_kernels *kr, fa_dtype t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case FA_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case FA_F16: kr->widen_f16(src, dst, n); break;
     case FA_BF16: kr->widen_bf16(src, dst, n); break;
     case FA_F8_E4M3:
-        for (int64_t i = 0; i < n; ++i) dst[i] = e4m3_value[((const uint8_t *)src)[i]];
+        for (int64_t i = 0; i < n; ++i) dst[i] = fa_e4m3_to_f32(((const uint8_t *)src)[i]);
         break;
     default: break;
     }

@@ -163,12 +163,12 @@ static int sm90_has_split_tail(sm90_variant v) {
 /* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key
  * chunks); varlen (1, Hk, D, columns), sequence b's keys from column
  * sm90_fp8_vt_col0(cu_seqlens_k[b], b) on. */
-static int64_t sm90_fp8_vt_keys(const fa_problem *p) {
+static int64_t sm90_fp8_vt_cols(const fa_problem *p) {
     return p->cu_seqlens_k ? sm90_fp8_vt_col0(p->total_k, p->B) : (p->Sk + 31) / 32 * 32;
 }
 static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
     const int64_t map_b = p->cu_seqlens_k ? 1 : p->B;
-    return (size_t)map_b * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_keys(p);
+    return (size_t)map_b * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_cols(p);
 }
 
 /* Phantom rows before each head's first (Sm90FwdParams::row_shift): under
@@ -210,13 +210,13 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
     if (p->dtype == FA_F8_E4M3) {
         /* V^T (B, Hk, D, keys), varlen (1, Hk, D, columns): the map's "rows"
          * are head-dim rows, its "columns" keys */
-        const int64_t keys = sm90_fp8_vt_keys(p);
-        fa_view vt_view = {vt ? vt : (void *)(uintptr_t)1024, p->Hk * D * keys, keys, D * keys};
+        const int64_t cols = sm90_fp8_vt_cols(p);
+        fa_view vt_view = {vt ? vt : (void *)(uintptr_t)1024, p->Hk * D * cols, cols, D * cols};
         /* boxes of the kernel's whole head dim (64 or 128 rows): rows past D
          * are zero-filled and count towards the transaction bytes the
          * producer expects (KV_BYTES); a box is one V^T slab wide
          * (Sm90FwdConfig::VT_SLAB_KEYS) */
-        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, map_b, D, p->Hk, keys, shape.d,
+        if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, map_b, D, p->Hk, cols, shape.d,
                            shape.vt_slab_keys))
             return 0;
         k->q_descale = p->q_descale;
@@ -814,7 +814,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
             return fa_set_error(FA_ERR_CUDA, "sm90 forward: split counters: %s", cudaGetErrorString(e));
     }
     if (fp8) {
-        const int cols = (int)sm90_fp8_vt_keys(p);
+        const int cols = (int)sm90_fp8_vt_cols(p);
         const int pairs = (int)(p->B * p->Hk); /* (batch, kv head) pairs: grid rows, looped past 65535 */
         /* a pair's span: batched, all columns; varlen, at most 63 past its
          * sequence's keys (Sk: the longest; the CTAs loop past that) */
