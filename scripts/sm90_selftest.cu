@@ -660,10 +660,10 @@ static int check_fp8(bool small) {
     cases.push_back({2, 8, 6200, 71, 1, 128, 0, 0, -1, -1, 0.f, true, 1.f, 0}); /* split tail (sm90_split_plan) */
     cases.push_back({2, 300, 300, 99, 3, 128, 1, 0, -1, -1, 0.f, true, 1.f, 0}); /* many units, odd head count */
     if (!small) {
-        /* every head dim the e4m3 kernel takes runs as 128 with zero-filled columns */
-        for (int D : {16, 80, 112})
+        /* head dims between the kernels' run on the next one up, over zero-filled columns */
+        for (int D : {16, 80, 112, 144, 208, 240})
             cases.push_back({1, 113, 203, 4, 2, D, 1, 0, -1, -1, 0.f, true, 1.f, 16});
-        for (int D : {128, 96, 64}) {
+        for (int D : {128, 96, 64, 192, 256}) {
             cases.push_back({1, 1, 1, 1, 1, D, 0, 0, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({2, 17, 17, 2, 1, D, 1, 0, -1, -1, 0.f, true, 1.f, 0});
             cases.push_back({1, 113, 203, 4, 2, D, 0, 0, -1, -1, 0.f, true, 1.f, 0});
@@ -771,8 +771,8 @@ static void bench_cell(const fa_problem *p, const fa_exec *xa, const fa_exec *xb
  * (batch, seqlen) grid */
 static int bench_fp8(int argc, char **argv) {
     const int D = argc > 2 ? atoi(argv[2]) : 128;
-    if (D < 16 || D > 128 || D % 16) {
-        fprintf(stderr, "bench_fp8: head dim must be a multiple of 16 up to 128\n");
+    if (D < 16 || D > 256 || D % 16) {
+        fprintf(stderr, "bench_fp8: head dim must be a multiple of 16 up to 256\n");
         return 2;
     }
     const int bs[][2] = {{16, 1024}, {4, 4096}, {2, 8192}, {1, 16384}};

@@ -412,6 +412,14 @@ int main(void) {
         {"head dim 96", 2, 113, 203, 4, 2, 96, 1, 0.f, 1.0},
         {"head dim 64", 1, 300, 700, 2, 1, 64, 0, 0.f, 1.0},
         {"head dim 32, long", 1, 1500, 1700, 2, 2, 32, 1, 0.f, 1.0},
+        {"head dim 256", 2, 113, 203, 4, 2, 256, 0, 0.f, 1.0},
+        {"head dim 256 causal", 1, 300, 300, 2, 1, 256, 1, 0.f, 1.0},
+        {"head dim 256, softcap, large scores", 1, 257, 513, 2, 2, 256, 0, 30.f, 3.0},
+        {"head dim 256, long causal", 1, 1023, 1100, 2, 1, 256, 1, 0.f, 1.0},
+        {"head dim 192 causal", 2, 130, 300, 2, 1, 192, 1, 0.f, 1.0},
+        {"head dim 192, long", 1, 900, 1000, 2, 2, 192, 0, 0.f, 1.0},
+        {"head dim 160 (on 192's kernel)", 1, 200, 333, 3, 1, 160, 1, 0.f, 1.0},
+        {"head dim 240 (on 256's kernel)", 1, 200, 129, 2, 2, 240, 0, 0.f, 1.0},
         /* decode: one query row over many keys (the CPU splits the keys) */
         {"decode", 1, 1, 5000, 2, 1, 128, 0, 0.f, 1.0},
         /* query rows that are not whole 192-row tiles, no mask: tiles of
@@ -437,6 +445,9 @@ int main(void) {
         {"Sq != Sk, softcap, large scores", 4, lq_cross, lk_cross, 2, 2, 128, 0, 30.f, 3.0},
         {"long causal", 3, lq_long, lk_long, 2, 1, 128, 1, 0.f, 1.0},
         {"long", 3, lq_long, lk_long, 2, 2, 32, 0, 0.f, 1.0},
+        {"causal", 6, lq_mixed, lk_mixed, 2, 1, 256, 1, 0.f, 1.0},
+        {"Sq != Sk, softcap, large scores", 4, lq_cross, lk_cross, 2, 2, 192, 0, 30.f, 3.0},
+        {"long", 3, lq_long, lk_long, 2, 1, 208, 1, 0.f, 1.0},
     };
     for (size_t i = 0; i < sizeof varlen_cases / sizeof varlen_cases[0]; ++i) {
         if (ft_quick && varlen_cases[i].lq[0] > 500) continue;

@@ -16,7 +16,7 @@ or NumPy arrays (CPU; forward only). Differences from flash-attn:
   contiguous caches; ``block_table`` accepts any page size.
 * ``flash_attn_varlen_func(block_table=...)`` is not supported.
 * float8 e4m3 inputs (forward only; on the CPU, and on Hopper GPUs at head
-  dims 16 to 128 in steps of 16): ``flash_attn_func`` and ``flash_attn_varlen_func`` take
+  dims 16 to 256 in steps of 16): ``flash_attn_func`` and ``flash_attn_varlen_func`` take
   ``q_descale``, ``k_descale`` and ``v_descale`` (float32
   ``(batch, nheads_k)``, as in flash-attn 3) and return bfloat16. These calls
   carry no autograd.

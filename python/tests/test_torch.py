@@ -588,7 +588,7 @@ def _float8_inputs(lens_q, lens_k, hq, hk, d, scale=1.0):
 
 
 @pytest.mark.skipif(not _hopper_ok(), reason="needs a Hopper GPU")
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 192, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_float8(d, causal):
     """flash_attn_func on float8 e4m3 with descales: bfloat16 out, lse, GQA."""
@@ -606,7 +606,8 @@ def test_cuda_float8(d, causal):
 
 
 @pytest.mark.skipif(not _hopper_ok(), reason="needs a Hopper GPU")
-@pytest.mark.parametrize("d,causal,softcap", [(128, True, 0.0), (64, False, 0.0), (96, True, 30.0)])
+@pytest.mark.parametrize("d,causal,softcap", [(128, True, 0.0), (64, False, 0.0), (96, True, 30.0),
+                                              (256, True, 0.0), (176, False, 30.0)])
 def test_cuda_float8_varlen(d, causal, softcap):
     """flash_attn_varlen_func on float8: sequences ending inside a 32-key
     chunk and a kv block, a single key, empty ones, descales per sequence."""

@@ -64,7 +64,7 @@ static fa_status check_problem(const fa_problem *p, fa_op op, const char *name, 
         if (hopper && op == FA_OP_FWD && fa_sm90_fwd_supports(p)) return FA_OK;
         if (hopper && op == FA_OP_FWD)
             return fa_set_error(FA_ERR_UNSUPPORTED,
-                                "q: float8_e4m3 forward takes head dims that are multiples of 16 up to 128 (got %lld), "
+                                "q: float8_e4m3 forward takes head dims that are multiples of 16 up to 256 (got %lld), "
                                 "no KV cache, dropout or ALiBi, and 16-byte aligned V",
                                 (long long)p->D);
         return fa_set_error(FA_ERR_DTYPE, "q: dtype float8_e4m3 is not supported by the %s backend%s", name,

@@ -25,7 +25,8 @@
  * Both three-consumer kernels have an instance whose tiles are 64-row
  * groups packed across heads (Sm90PackedRows, sm90_packed_rows). */
 enum sm90_variant {
-    SM90_D64_M192, SM90_D64_M128, SM90_D96, SM90_D128, SM90_D192, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64
+    SM90_D64_M192, SM90_D64_M128, SM90_D96, SM90_D128, SM90_D192, SM90_D256, SM90_F8_M192, SM90_F8_N128, SM90_F8_D64,
+    SM90_F8_D192, SM90_F8_D256
 };
 template <bool BF16> using Sm90CfgD64M192 = Sm90FwdConfig<64, 128, 3, BF16, 3, false, true>; /* joined tile boundaries */
 template <bool BF16> using Sm90CfgD64M128 = Sm90FwdConfig<64, 128, 3, BF16, 2>;
@@ -54,10 +55,19 @@ using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
  * (packed problems have none) and no softcap code. */
 using Sm90CfgF8M192Packed = Sm90PackedRows<Sm90SteadyUnmasked<Sm90FwdConfig<128, 128, 3, true, 3, true>>>;
 using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
+/* e4m3 at head dims 144-256: two consumers (O takes 96 or 128 registers a
+ * thread), batched and varlen instances. Head dim 192 keeps 128-key blocks
+ * (rows of three 64-byte slabs; two Q buffers fit); at 256 a 128-key K
+ * stage and V^T stage would leave no room for O's staging buffer beside
+ * them, so its blocks are 64 keys (V^T in 64-byte slabs). */
+using Sm90CfgF8D192 = Sm90FwdConfig<192, 128, 2, true, 2, true>;
+using Sm90CfgF8D256 = Sm90FwdConfig<256, 64, 2, true, 2, true>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
     if (p->dtype == FA_F8_E4M3) {
-        if (p->cu_seqlens_q) return SM90_F8_N128; /* the e4m3 kernel with a varlen instance */
+        if (p->D > 192) return SM90_F8_D256;
+        if (p->D > 128) return SM90_F8_D192;
+        if (p->cu_seqlens_q) return SM90_F8_N128; /* up to 128, the e4m3 kernel with a varlen instance */
         if (p->D <= 64) return SM90_F8_D64;
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_M192;
     }
@@ -149,6 +159,8 @@ static Sm90Shape sm90_shape(sm90_variant v) {
     case SM90_F8_M192: return sm90_shape_of<Sm90CfgF8M192<false>>();
     case SM90_F8_N128: return sm90_shape_of<Sm90CfgF8N128>();
     case SM90_F8_D64: return sm90_shape_of<Sm90CfgF8D64>();
+    case SM90_F8_D192: return sm90_shape_of<Sm90CfgF8D192>();
+    case SM90_F8_D256: return sm90_shape_of<Sm90CfgF8D256>();
     }
     return Sm90Shape{};
 }
@@ -510,10 +522,10 @@ static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) 
 static int sm90_fwd_takes(const fa_problem *p) {
     if (p->dtype != FA_BF16 && p->dtype != FA_F16 && p->dtype != FA_F8_E4M3) return 0;
     if (p->D != p->Dv || !sm90_head_dim_ok(p->D)) return 0;
-    /* e4m3: head dims up to 128 in steps of 16 (on the head-dim-64 or 128
-     * kernel; TMA zero-fills the columns past D and clips them from the
-     * stores). */
-    if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 128)) return 0;
+    /* e4m3: head dims up to 256 in steps of 16 (on the head-dim-64, 128,
+     * 192 or 256 kernel; TMA zero-fills the columns past D and clips them
+     * from the stores). */
+    if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 256)) return 0;
     /* ... and V, which the transpose reads in 32-bit words, aligned as TMA wants the others */
     if (p->dtype == FA_F8_E4M3 && (((uintptr_t)p->v.data) % 16 || p->v.ss % 16 || p->v.sh % 16 || p->v.sb % 16))
         return 0;
@@ -549,17 +561,19 @@ extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
  * b's span is the columns from sm90_fp8_vt_col0(cu_seqlens_k[b], b) to
  * sequence b + 1's first, so every column is written. A CTA takes tiles of
  * 128 columns of a span (blockIdx.x, + gridDim.x, ...) of the pairs
- * blockIdx.y, blockIdx.y + gridDim.y, ... Warp w loads keys 16w..16w+15 of
- * the tile, lane l columns 4l..4l+3, one 32-bit word per key (so each load
- * instruction reads a key's whole row), moves the bytes into V^T order with
- * byte permutes and stores 16 slots of each of its 4 V^T rows to shared
- * memory; the CTA then writes the tile's V^T rows with 16-byte stores, whole
- * rows at a time. */
+ * blockIdx.y, blockIdx.y + gridDim.y, ..., 128 head-dim columns at a
+ * time. Warp w loads keys 16w..16w+15 of the tile, lane l columns
+ * 4l..4l+3 of the 128, one 32-bit word per key (so each load instruction
+ * reads a key's whole row, or half of it above head dim 128), moves the
+ * bytes into V^T order with byte permutes and stores 16 slots of each of
+ * its 4 V^T rows to shared memory; the CTA then writes those V^T rows with
+ * 16-byte stores, whole rows at a time. */
 __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, int64_t v_sb, int64_t v_ss,
                                                             int64_t v_sh, int sk, int d, int cols, int hk,
                                                             int pairs, const int *cu_seqlens_k, uint8_t *vt) {
     __shared__ __align__(16) uint8_t vt_tile[128][128 + 16]; /* + 16: a warp's rows start 4 banks apart */
     const int lane = threadIdx.x % 32, part = threadIdx.x / 32; /* part: keys 16 part .. 16 part + 15 */
+    const int col_tiles = (d + 127) / 128;                        /* 128-column groups of the head dim */
     grid_launch_dependents(); /* the attention kernel may start; it waits before reading V^T */
     for (int bh = blockIdx.y; bh < pairs; bh += gridDim.y) { /* bh = b * hk + h */
         const int b = bh / hk, h = bh % hk;
@@ -579,14 +593,18 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
             keys = sk;
             span = cols;
         }
-        for (int key0 = blockIdx.x * 128; key0 < span; key0 += gridDim.x * 128) {
-            const int tile_keys = min(128, span - key0); /* a multiple of 32 */
-            if (4 * lane < d && 16 * part < tile_keys) {
-                uint32_t w[16]; /* w[k]: key key0 + 16 part + k, columns 4 lane .. 4 lane + 3 */
+        const int key_tiles = (span + 127) / 128;
+        for (int tile = blockIdx.x; tile < key_tiles * col_tiles; tile += gridDim.x) {
+            /* the tile's first key and first head-dim column */
+            const int key0 = tile % key_tiles * 128, col0 = tile / key_tiles * 128;
+            const int tile_keys = min(128, span - key0);             /* a multiple of 32 */
+            const int rows = min(128, d - col0);                      /* the tile's V^T rows */
+            if (4 * lane < rows && 16 * part < tile_keys) {
+                uint32_t w[16]; /* w[k]: key key0 + 16 part + k, columns col0 + 4 lane .. col0 + 4 lane + 3 */
 #pragma unroll
                 for (int k = 0; k < 16; ++k) {
                     const int key = key0 + 16 * part + k;
-                    w[k] = key < keys ? *reinterpret_cast<const uint32_t *>(src + key * v_ss) : 0u;
+                    w[k] = key < keys ? *reinterpret_cast<const uint32_t *>(src + key * v_ss + col0) : 0u;
                 }
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {              /* V^T row 4 lane + r: byte r of every key */
@@ -608,9 +626,9 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
             }
             __syncthreads();
             const int pieces = tile_keys / 16; /* 16-byte pieces of a V^T row in this tile */
-            for (int c = threadIdx.x; c < d * pieces; c += blockDim.x) {
+            for (int c = threadIdx.x; c < rows * pieces; c += blockDim.x) {
                 const int row = c / pieces, piece = c % pieces;
-                *reinterpret_cast<uint4 *>(dst + (int64_t)row * cols + key0 + 16 * piece) =
+                *reinterpret_cast<uint4 *>(dst + (int64_t)(col0 + row) * cols + key0 + 16 * piece) =
                     *reinterpret_cast<const uint4 *>(&vt_tile[row][16 * piece]);
             }
             __syncthreads(); /* the tile buffer is free for the next tile */
@@ -758,7 +776,9 @@ static fa_status sm90_dispatch(const fa_problem *p, const Sm90FwdParams &k, cons
     case SM90_D256: return sm90_launch_wide<256, BF16>(p, k, x);
     case SM90_F8_M192:
     case SM90_F8_N128:
-    case SM90_F8_D64: break; /* launched by fa_sm90_fwd */
+    case SM90_F8_D64:
+    case SM90_F8_D192:
+    case SM90_F8_D256: break; /* launched by fa_sm90_fwd */
     }
     return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: no kernel for head dim %lld", (long long)p->D);
 }
@@ -792,6 +812,8 @@ static fa_status sm90_launch_variant(const fa_problem *p, const Sm90FwdParams &k
             if (k.packed_rows) return sm90_launch_instance<Sm90CfgF8M192Packed>(p, k, x);
             return sm90_launch_tail<Sm90CfgF8M192<false>, Sm90CfgF8M192<true>>(p, k, x);
         case SM90_F8_D64: return sm90_launch<Sm90CfgF8D64>(p, k, x);
+        case SM90_F8_D192: return sm90_launch<Sm90CfgF8D192>(p, k, x);
+        case SM90_F8_D256: return sm90_launch<Sm90CfgF8D256>(p, k, x);
         default: return sm90_launch<Sm90CfgF8N128>(p, k, x);
         }
     }
@@ -819,7 +841,8 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
         /* a pair's span: batched, all columns; varlen, at most 63 past its
          * sequence's keys (Sk: the longest; the CTAs loop past that) */
         const int64_t span = p->cu_seqlens_k ? p->Sk + 63 : cols;
-        const dim3 grid((unsigned)((span + 127) / 128), (unsigned)(pairs < 65535 ? pairs : 65535));
+        const int64_t tiles = (span + 127) / 128 * ((p->D + 127) / 128); /* of 128 keys x 128 head-dim columns */
+        const dim3 grid((unsigned)tiles, (unsigned)(pairs < 65535 ? pairs : 65535));
         sm90_fp8_transpose_v<<<grid, 256, 0, (cudaStream_t)x->stream>>>(
             (const uint8_t *)p->v.data, p->v.sb, p->v.ss, p->v.sh, (int)p->Sk, (int)p->D, cols, (int)p->Hk, pairs,
             p->cu_seqlens_k, (uint8_t *)x->workspace);

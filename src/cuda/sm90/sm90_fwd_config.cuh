@@ -177,11 +177,16 @@ struct Sm90FwdConfig {
      * kernel's, whose registers it nearly fills. So too in the two-consumer
      * kernels at head dims 64 and 128, whose short tiles run the per-tile
      * code often (docs/perf/sm90.md, items 98 and 101). e4m3 runs varlen
-     * problems only on its two-consumer 128-key kernel, as an instance of
-     * its own (its three-consumer kernels have no registers to spare). */
-    static constexpr bool VARLEN_OWN_KERNEL = WIDE || (D <= 128 && CONSUMERS_ == 2);
+     * problems only on its two-consumer kernels, as instances of their own
+     * (its three-consumer kernels have no registers to spare). */
+    static constexpr bool VARLEN_OWN_KERNEL = WIDE || (CONSUMERS_ == 2 && (D <= 128 || FP8));
     static constexpr bool VARLEN = !FP8 && !VARLEN_OWN_KERNEL;
-    static_assert(!FP8 || ((D == 128 || D == 64) && BN % 32 == 0), "e4m3: one slab per Q/K row, whole V^T slabs");
+    /* e4m3: the head dims of its kernels (a Q or K row of 64, 128, 192 or
+     * 256 bytes), whole V^T slabs a kv block; above 128 two consumers only
+     * (O takes D / 2 registers a thread) */
+    static_assert(!FP8 || ((D == 64 || D == 128 || D == 192 || D == 256) && BN % 32 == 0 &&
+                           (D <= 128 || CONSUMERS == 2)),
+                  "e4m3: head dim 64, 128, 192 or 256, whole V^T slabs");
     /* e4m3 V^T (D head-dim rows of BN keys) in slabs of VT_SLAB_KEYS keys,
      * since a swizzled TMA box row spans one swizzle row at most: the widest
      * of 128, 64 and 32 bytes (the swizzle span) that divides BN. */

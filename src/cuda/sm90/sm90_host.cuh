@@ -16,7 +16,8 @@
 /* Head dims run on the kernel of the next size up: TMA zero-fills the
  * missing columns on load and clips them on store. The 16-bit forward and
  * the backward have kernels for 64, 96, 128, 192 and 256
- * (sm90_kernel_head_dim), the e4m3 forward for 64, 128 and 256 (sm90_pick).
+ * (sm90_kernel_head_dim), the e4m3 forward for 64, 128, 192 and 256
+ * (sm90_pick).
  * A multiple of 8 keeps rows 16-byte aligned. */
 static inline int sm90_head_dim_ok(int64_t d) { return d >= 8 && d <= 256 && d % 8 == 0; }
 static inline int sm90_kernel_head_dim(int64_t d) {
