@@ -114,7 +114,7 @@ typedef enum fa_dtype {
     FA_F32 = 0,
     FA_F16 = 1,
     FA_BF16 = 2,
-    FA_F8_E4M3 = 3, /* forward inputs (CPU; Hopper: head dims 16..128 in steps of 16), bf16 out */
+    FA_F8_E4M3 = 3, /* forward inputs (CPU; Hopper: head dims 16..256 in steps of 16), bf16 out */
     FA_I32 = 4,     /* index tensors: cu_seqlens, cache_seqlens, block_table */
     FA_U8 = 5       /* dropout masks */
 } fa_dtype;
