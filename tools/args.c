@@ -39,7 +39,7 @@ static const flag_spec flags[] = {
     {"--kv-heads", FLAG_INT, FIELD(kv_heads), 1, BOTH, "N", "key/value heads, divides --heads (default: --heads; decode 8)"},
     {"--head-dim", FLAG_INT, FIELD(head_dim), 1, BOTH, "N", "head dimension of q and k, 1..256 (default 64; decode 128)"},
     {"--head-dim-v", FLAG_INT, FIELD(head_dim_v), 1, BOTH, "N", "head dimension of v and out (default: --head-dim)"},
-    {"--dtype", FLAG_DTYPE, FIELD(dtype), 0, BOTH, "T", "f32 | f16 | bf16 (default bf16)"},
+    {"--dtype", FLAG_DTYPE, FIELD(dtype), 0, BOTH, "T", "f32 | f16 | bf16 | e4m3 (default bf16; e4m3: forward only, bf16 out)"},
     {"--causal", FLAG_SWITCH, FIELD(causal), 1, BOTH, "", "causal mask (the default unless --window is given)"},
     {"--no-causal", FLAG_SWITCH, FIELD(causal), 0, BOTH, "", "no causal mask"},
     {"--top-left", FLAG_SWITCH, FIELD(top_left), 1, BOTH, "", "align masks and ALiBi to the top-left corner (default bottom-right)"},
@@ -50,6 +50,7 @@ static const flag_spec flags[] = {
     {"--seed", FLAG_U64, FIELD(seed), 0, BOTH, "S", "seed of the random inputs and of dropout (default 42)"},
     {"--scale", FLAG_FLOAT, FIELD(scale), 0, BOTH, "S", "softmax scale (default 1/sqrt(head dim))"},
     {"--deterministic", FLAG_SWITCH, FIELD(deterministic), 1, BOTH, "", "bitwise reproducible backward"},
+    {"--descale", FLAG_SWITCH, FIELD(descale), 1, BOTH, "", "e4m3: random per-(batch, kv head) descales in [0.5, 2) for q, k, v (default 1)"},
     {"--varlen", FLAG_SWITCH, FIELD(varlen), 1, BOTH, "", "the batch as packed sequences (fa_varlen_fwd / fa_varlen_bwd)"},
     {"--decode", FLAG_SWITCH, FIELD(kvcache), 1, BOTH, "", "KV-cache decoding (fa_fwd_kvcache), forward only"},
     {"--kvcache", FLAG_SWITCH, FIELD(kvcache), 1, BOTH, "", NULL},
@@ -147,8 +148,10 @@ static int parse_value(cli_command cmd, const flag_spec *f, const char *v, cli_c
         if (strcmp(v, "f32") == 0 || strcmp(v, "float32") == 0) c->dtype = FA_F32;
         else if (strcmp(v, "f16") == 0 || strcmp(v, "float16") == 0) c->dtype = FA_F16;
         else if (strcmp(v, "bf16") == 0 || strcmp(v, "bfloat16") == 0) c->dtype = FA_BF16;
+        else if (strcmp(v, "e4m3") == 0 || strcmp(v, "float8_e4m3") == 0 || strcmp(v, "float8_e4m3fn") == 0)
+            c->dtype = FA_F8_E4M3;
         else {
-            fprintf(stderr, "flashattn %s: --dtype expects f32, f16 or bf16, got '%s'\n", prog, v);
+            fprintf(stderr, "flashattn %s: --dtype expects f32, f16, bf16 or e4m3, got '%s'\n", prog, v);
             return 0;
         }
         return 1;
@@ -241,7 +244,27 @@ cli_parse_result cli_parse_args(cli_command cmd, int argc, char **argv, cli_conf
         fprintf(stderr, "flashattn %s: --varlen cannot be combined with --decode\n", command_name(cmd));
         return CLI_BAD_FLAG;
     }
-    if (c->kvcache) c->fwd_only = 1; /* the KV-cache call has no backward */
+    if (c->dtype == FA_F8_E4M3) {
+        /* float8 inputs: the plain or packed forward only (the library has no float8
+         * KV cache, dropout or backward). */
+        const char *clash = c->kvcache ? "--decode" : c->dropout_p > 0 ? "--dropout" : NULL;
+        if (clash) {
+            fprintf(stderr, "flashattn %s: %s cannot be combined with --dtype e4m3 (%s)\n", command_name(cmd), clash,
+                    c->kvcache ? "no backend has a float8 KV cache" : "float8 inputs take no dropout");
+            return CLI_BAD_FLAG;
+        }
+        if (c->deterministic) { /* the only flag that asks for the backward by name */
+            fprintf(stderr, "flashattn %s: --deterministic asks for a reproducible backward, but --dtype e4m3 runs "
+                            "the forward only (float8 inputs have no backward)\n", command_name(cmd));
+            return CLI_BAD_FLAG;
+        }
+    } else if (c->descale) {
+        fprintf(stderr, "flashattn %s: --descale needs --dtype e4m3 (descale factors apply to float8 inputs only)\n",
+                command_name(cmd));
+        return CLI_BAD_FLAG;
+    }
+    /* The KV-cache call has no backward, and neither have float8 inputs. */
+    if (c->kvcache || c->dtype == FA_F8_E4M3) c->fwd_only = 1;
     if (cmd == CLI_CHECK) c->check = c->thorough_check = 1;
     cli_config_resolve(c);
     if (c->heads % c->kv_heads != 0) {
@@ -280,7 +303,12 @@ void cli_print_usage(cli_command cmd, FILE *f) {
                "Errors against the reference: float32 passes with max |err| <= 1e-4 * max(1, max |ref|);\n"
                "float16/bfloat16 pass when max |err| is at most 2x (outputs) or 3x (gradients)\n"
                "the error of a naive attention computed in the same storage precision, plus half\n"
-               "the dtype's unit roundoff; no output may be left unwritten (outputs are poisoned\n"
-               "with NaN first). Big problems are checked on a slice (batch 0, the first heads,\n"
-               "for very long forwards a block of query rows) and the output says so.\n");
+               "the dtype's unit roundoff. float8 e4m3 (forward only, bf16 out): out within 2x the\n"
+               "error of a naive e4m3 attention (float32 scores, P rounded to e4m3, bf16 out) plus\n"
+               "half bf16's unit roundoff; each lse within 2x the naive lse error plus\n"
+               "2^-12 * max(1, D/128) * scale * sum_d |q_d k_d| (the largest over the row's\n"
+               "keys) + 1e-4.\n"
+               "No output may be left unwritten (outputs are poisoned with NaN first). Big\n"
+               "problems are checked on a slice (batch 0, the first heads, for very long\n"
+               "forwards a block of query rows) and the output says so.\n");
 }

@@ -4,10 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "convert.h"
 #include "parallel.h"
 
-/* Round a float32 value to the storage precision and back. */
+/* Round a float32 value to the storage precision and back. Intermediates of
+ * float32 and float8 attention stay float32 (e4m3 kernels keep scores and
+ * softmax in float32), so only the half dtypes round. */
 static float round_to(fa_dtype t, float x) {
     if (t == FA_BF16) return fa_bf16_to_f32(fa_f32_to_bf16(x));
     if (t == FA_F16) return fa_f16_to_f32(fa_f32_to_f16(x));
@@ -30,13 +33,25 @@ typedef struct row_scratch {
     float *dp;    /* gradient of the probabilities (Sk) */
 } row_scratch;
 
-/* Rounded probabilities of row i of head h; returns the row's lse. */
-static float row_probs(const cli_attention *a, int64_t b, int64_t h, int64_t i, row_scratch *r) {
+/* Probability P_j of a row whose softmax denominator is l, from e = exp(s_j - m),
+ * as P V reads it. An e4m3 kernel rounds the unnormalised e (at most 1) to
+ * e4m3 and divides by l in float32 (here before the sum, the same up to
+ * float32 rounding); a half-precision framework stores the normalised P. */
+static float row_prob(fa_dtype t, float e, float l) {
+    if (t == FA_F8_E4M3) return fa_e4m3_to_f32(fa_f32_to_e4m3(e)) / l;
+    return round_to(t, e / l);
+}
+
+/* Rounded probabilities of row i of head h; returns the row's lse. abs_max,
+ * if not NULL, gets the row's largest scale * sum_d |q_d k_d| over its
+ * visible keys (0 without any). */
+static float row_probs(const cli_attention *a, int64_t b, int64_t h, int64_t i, row_scratch *r, float *abs_max) {
     const int64_t group = a->Hq / a->Hk, kvh = h / group;
     const float *q = q_row(a, a->q, b, i, h, a->D);
     for (int64_t d = 0; d < a->D; ++d) r->qs[d] = round_to(a->dtype, q[d] * a->scale);
     const int64_t diag = i + (a->top_left ? 0 : a->Sk - a->Sq);
     float m = -INFINITY;
+    if (abs_max) *abs_max = 0;
     for (int64_t j = 0; j < a->Sk; ++j) {
         int visible = (a->window_left < 0 || j >= diag - a->window_left) &&
                       (a->window_right < 0 || j <= diag + a->window_right);
@@ -48,6 +63,11 @@ static float row_probs(const cli_attention *a, int64_t b, int64_t h, int64_t i, 
         float s = 0;
         for (int64_t d = 0; d < a->D; ++d) s += r->qs[d] * k[d];
         s = round_to(a->dtype, s);
+        if (abs_max) { /* qs holds q * scale */
+            float sa = 0;
+            for (int64_t d = 0; d < a->D; ++d) sa += fabsf(r->qs[d] * k[d]);
+            if (sa > *abs_max) *abs_max = sa;
+        }
         if (a->softcap > 0) {
             r->th[j] = round_to(a->dtype, tanhf(s / a->softcap));
             s = round_to(a->dtype, a->softcap * r->th[j]);
@@ -63,7 +83,7 @@ static float row_probs(const cli_attention *a, int64_t b, int64_t h, int64_t i, 
     float l = 0;
     for (int64_t j = 0; j < a->Sk; ++j) l += (r->p[j] = expf(r->p[j] - m));
     for (int64_t j = 0; j < a->Sk; ++j) {
-        r->p[j] = round_to(a->dtype, r->p[j] / l);
+        r->p[j] = row_prob(a->dtype, r->p[j], l);
         int keep = a->dropout_p <= 0 ||
                    fa_dropout_keep(a->dropout_seed, a->dropout_offset, a->dropout_p, b, h, i, j);
         r->pd[j] = keep ? r->p[j] : 0;
@@ -74,6 +94,7 @@ static float row_probs(const cli_attention *a, int64_t b, int64_t h, int64_t i, 
 typedef struct naive_job {
     const cli_attention *a;
     float *out, *lse;          /* forward */
+    float *score_abs;          /* forward, optional: the float8 lse bound's size per row */
     float *dq, *dk, *dv;       /* backward */
 } naive_job;
 
@@ -101,12 +122,14 @@ static void fwd_unit(void *arg, int unit) {
     naive_job *job = arg;
     const cli_attention *a = job->a;
     const int64_t b = unit / a->Hq, h = unit % a->Hq, kvh = h / (a->Hq / a->Hk);
+    const fa_dtype out_t = cli_out_dtype(a->dtype);
     row_scratch r;
     if (!scratch_alloc(a, &r)) abort();
     float *acc = malloc(sizeof(float) * (size_t)a->Dv);
     if (!acc) abort();
     for (int64_t i = 0; i < a->Sq; ++i) {
-        job->lse[(b * a->Hq + h) * a->Sq + i] = row_probs(a, b, h, i, &r);
+        const int64_t row = (b * a->Hq + h) * a->Sq + i; /* in the (B, Hq, Sq) lse layout */
+        job->lse[row] = row_probs(a, b, h, i, &r, job->score_abs ? &job->score_abs[row] : NULL);
         memset(acc, 0, sizeof(float) * (size_t)a->Dv);
         for (int64_t j = 0; j < a->Sk; ++j) {
             if (r.pd[j] == 0) continue;
@@ -114,14 +137,14 @@ static void fwd_unit(void *arg, int unit) {
             for (int64_t d = 0; d < a->Dv; ++d) acc[d] += r.pd[j] * v_scaled(a, v[d]);
         }
         float *o = (float *)q_row(a, job->out, b, i, h, a->Dv);
-        for (int64_t d = 0; d < a->Dv; ++d) o[d] = round_to(a->dtype, acc[d]);
+        for (int64_t d = 0; d < a->Dv; ++d) o[d] = round_to(out_t, acc[d]);
     }
     free(acc);
     scratch_free(&r);
 }
 
-void cli_naive_fwd(const cli_attention *a, float *out, float *lse, int threads) {
-    naive_job job = {a, out, lse, NULL, NULL, NULL};
+void cli_naive_fwd(const cli_attention *a, float *out, float *lse, float *score_abs, int threads) {
+    naive_job job = {a, out, lse, score_abs, NULL, NULL, NULL};
     cli_parallel_for((int)(a->B * a->Hq), threads, fwd_unit, &job);
 }
 
@@ -146,7 +169,7 @@ static void bwd_unit(void *arg, int unit) {
         memset(dk_head, 0, sizeof(float) * (size_t)(Sk * D));
         memset(dv_head, 0, sizeof(float) * (size_t)(Sk * Dv));
         for (int64_t i = 0; i < a->Sq; ++i) {
-            if (row_probs(a, b, h, i, &r) == -INFINITY) { /* no key: zero dq row, nothing to dk/dv */
+            if (row_probs(a, b, h, i, &r, NULL) == -INFINITY) { /* no key: zero dq row, nothing to dk/dv */
                 float *dq = (float *)q_row(a, job->dq, b, i, h, D);
                 for (int64_t d = 0; d < D; ++d) dq[d] = 0;
                 continue;
@@ -195,6 +218,6 @@ static void bwd_unit(void *arg, int unit) {
 }
 
 void cli_naive_bwd(const cli_attention *a, float *dq, float *dk, float *dv, int threads) {
-    naive_job job = {a, NULL, NULL, dq, dk, dv};
+    naive_job job = {a, NULL, NULL, NULL, dq, dk, dv};
     cli_parallel_for((int)(a->B * a->Hk), threads, bwd_unit, &job);
 }

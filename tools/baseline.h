@@ -6,6 +6,11 @@
  * accumulate in float32. Its error against the float64 reference says how
  * much error the precision itself brings; a kernel may have at most a small
  * multiple of it.
+ *
+ * float8 e4m3 follows what an e4m3 kernel does instead: scores, softcap and
+ * softmax in float32 from the (exactly dequantised) inputs, the unnormalised
+ * probabilities rounded to e4m3 before P V, O accumulated in float32 and
+ * stored as bfloat16.
  */
 #ifndef FA_CLI_BASELINE_H
 #define FA_CLI_BASELINE_H
@@ -15,9 +20,10 @@
 #include "flashattn.h"
 
 /* A batched problem on contiguous float arrays (values exactly representable
- * in `dtype`): q (B, Sq, Hq, D), k (B, Sk, Hk, D), v (B, Sk, Hk, Dv),
- * dout (B, Sq, Hq, Dv). b and h are the true batch and head indices (the
- * slice starts at 0), so dropout draws the same bits as the full problem. */
+ * in `dtype`; float8 ones times their descales): q (B, Sq, Hq, D),
+ * k (B, Sk, Hk, D), v (B, Sk, Hk, Dv), dout (B, Sq, Hq, Dv). b and h are the
+ * true batch and head indices (the slice starts at 0), so dropout draws the
+ * same bits as the full problem. */
 typedef struct cli_attention {
     int64_t B, Sq, Sk, Hq, Hk, D, Dv;
     fa_dtype dtype;
@@ -31,8 +37,10 @@ typedef struct cli_attention {
     const float *q, *k, *v, *dout;
 } cli_attention;
 
-/* out (B, Sq, Hq, Dv), lse (B, Hq, Sq). Work is split over `threads`. */
-void cli_naive_fwd(const cli_attention *a, float *out, float *lse, int threads);
+/* out (B, Sq, Hq, Dv), lse (B, Hq, Sq). score_abs (B, Hq, Sq), may be NULL:
+ * each row's largest scale * sum_d |q_d k_d| over its visible keys, the size
+ * of the float8 lse bound. Work is split over `threads`. */
+void cli_naive_fwd(const cli_attention *a, float *out, float *lse, float *score_abs, int threads);
 
 /* dq (B, Sq, Hq, D), dk (B, Sk, Hk, D), dv (B, Sk, Hk, Dv). */
 void cli_naive_bwd(const cli_attention *a, float *dq, float *dk, float *dv, int threads);

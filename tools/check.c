@@ -27,7 +27,7 @@ struct cli_reference {
     int threads;
     float *q, *k, *v, *dout, *alibi;
     float *out, *lse, *dq, *dk, *dv;             /* float64 reference, stored as float32 */
-    float *naive_out, *naive_lse;                /* same-precision baseline (half dtypes) */
+    float *naive_out, *naive_lse;                /* same-precision baseline (half and float8 dtypes) */
 };
 
 /* ---- slices of (b, s, h, w) tensors ------------------------------------- */
@@ -70,6 +70,19 @@ static void gather_keys(float *dst, const cli_workload *w, const cli_buffer *cac
                     from = (cli_workload_key_row(w, b, j) * c->kv_heads + h) * W;
                 }
                 for (int64_t d = 0; d < W; ++d) dst[to + d] = fa_load_f(src, c->dtype, from + d);
+            }
+}
+
+/* x (nb, ns, nh, W) *= its descale: f[b * Hk + h / group] of a (B, Hk) array.
+ * The slice starts at batch 0, head 0, so its b and h are the true indices. */
+static void apply_descale(float *x, const float *f, int64_t nb, int64_t ns, int64_t nh, int64_t W, int64_t Hk,
+                          int64_t group) {
+    for (int64_t b = 0; b < nb; ++b)
+        for (int64_t i = 0; i < ns; ++i)
+            for (int64_t h = 0; h < nh; ++h) {
+                const float s = f[b * Hk + h / group];
+                float *row = x + ((b * ns + i) * nh + h) * W;
+                for (int64_t d = 0; d < W; ++d) row[d] *= s;
             }
 }
 
@@ -214,6 +227,11 @@ cli_reference *cli_reference_create(const cli_workload *w, int with_backward) {
     gather_bshw(r->q, w->q.host, c->dtype, c->seqlen_q, c->heads, a->D, a->B, r->row0, a->Sq, a->Hq);
     gather_keys(r->k, w, &w->k, &w->k_new, a->D, a->B, a->Hk);
     gather_keys(r->v, w, &w->v, &w->v_new, a->Dv, a->B, a->Hk);
+    if (c->descale) { /* float8: the values the caller quantised, e4m3 times the factor (rounded to float32) */
+        apply_descale(r->q, w->descale[0].host, a->B, a->Sq, a->Hq, a->D, c->kv_heads, c->heads / c->kv_heads);
+        apply_descale(r->k, w->descale[1].host, a->B, a->Sk, a->Hk, a->D, c->kv_heads, 1);
+        apply_descale(r->v, w->descale[2].host, a->B, a->Sk, a->Hk, a->Dv, c->kv_heads, 1);
+    }
     if (!r->bwd_skipped) {
         if (!(r->dout = alloc_floats(a->B * a->Sq * a->Hq * a->Dv))) {
             cli_reference_destroy(r);
@@ -319,6 +337,8 @@ static int run_reference(cli_reference *r, const cli_workload *w, int backward, 
     job.r = r;
     job.opts = w->opts;
     job.opts.alibi_slopes.data = NULL;
+    /* The float32 copies already carry the float8 descales (which the API takes for float8 only). */
+    job.opts.q_descale.data = job.opts.k_descale.data = job.opts.v_descale.data = NULL;
     if (r->slice_top_left) job.opts.align = FA_ALIGN_TOP_LEFT;
     job.backward = backward;
     job.whole = w->cfg.dropout_p > 0;
@@ -359,7 +379,7 @@ static long long count_nan(const cli_buffer *b, fa_dtype t) {
 }
 
 /* Fill one quantity: the kernel's slice x against ref, and the naive baseline
- * (NULL for float32) scaled by `factor`. */
+ * (NULL for float32) scaled by `factor`. t is x's dtype. */
 static void judge(cli_quantity *q, const char *name, fa_dtype t, const float *x, const float *ref, const float *naive,
                   int64_t n, double factor, long long nan_count) {
     q->name = name;
@@ -374,6 +394,38 @@ static void judge(cli_quantity *q, const char *name, fa_dtype t, const float *x,
         /* The floor, half the unit roundoff (about twice the error of storing a
          * value near 0.3), covers outputs the naive attention gets exactly. */
         q->bound = factor * q->naive_err + 0.5 * unit_roundoff(t);
+    }
+    q->pass = q->err <= q->bound && nan_count == 0;
+}
+
+/*
+ * The float8 lse, row by row as tests/test_fp8.c checks it: row i passes when
+ * |x_i - ref_i| <= factor * max |naive - ref| + 2^-12 * max(1, D / 128) *
+ * score_abs_i + 1e-4. score_abs_i is the row's largest scale * sum_d |q_d k_d|:
+ * e4m3 tensor cores sum Q K^T in about 14 bits and truncate, so a score may be
+ * off by a few 2^-13 of it per 128 head-dim columns (each k-group's loss adds
+ * up), and lse by as much as its worst score; 1e-4 covers exp and log. err
+ * and bound are those of the row nearest its bound.
+ */
+static void judge_rows(cli_quantity *q, const char *name, const float *x, const float *ref, const float *naive,
+                       const float *score_abs, int64_t n, int64_t D, double factor, long long nan_count) {
+    const double per_score = ldexp(D > 128 ? (double)D / 128 : 1.0, -12); /* bound per unit of score_abs */
+    double unused, worst = -1;
+    q->name = name;
+    q->per_row = 1;
+    q->nan_count = nan_count;
+    max_error(naive, ref, n, &q->naive_err, &unused);
+    max_error(x, ref, n, &unused, &q->ref_max); /* for max |ref| */
+    q->err = 0;
+    q->bound = factor * q->naive_err + 1e-4; /* no rows: the bound of a row with score_abs 0 */
+    for (int64_t i = 0; i < n; ++i) {
+        double e, b = factor * q->naive_err + per_score * score_abs[i] + 1e-4;
+        max_error(x + i, ref + i, 1, &e, &unused); /* one row, with max_error's rules for -inf and NaN */
+        if (e / b > worst) {
+            worst = e / b;
+            q->err = e;
+            q->bound = b;
+        }
     }
     q->pass = q->err <= q->bound && nan_count == 0;
 }
@@ -398,27 +450,37 @@ int cli_check_fwd(cli_reference *r, const cli_workload *w, cli_check *c, char *e
     r->out = alloc_floats(n_out);
     r->lse = alloc_floats(n_lse);
     float *x_out = alloc_floats(n_out), *x_lse = alloc_floats(n_lse);
-    int half = cf->dtype != FA_F32;
-    if (half) {
+    const fa_dtype out_t = cli_out_dtype(cf->dtype);
+    const int fp8 = cf->dtype == FA_F8_E4M3;
+    const int with_naive = cf->dtype != FA_F32; /* the half and float8 rules need the naive baseline */
+    float *score_abs = fp8 ? alloc_floats(n_lse) : NULL; /* float8: the per-row size of the lse bound */
+    if (with_naive) {
         r->naive_out = alloc_floats(n_out);
         r->naive_lse = alloc_floats(n_lse);
     }
-    int ok = r->out && r->lse && x_out && x_lse && (!half || (r->naive_out && r->naive_lse));
+    int ok = r->out && r->lse && x_out && x_lse && (!with_naive || (r->naive_out && r->naive_lse)) &&
+             (!fp8 || score_abs);
     if (!ok) snprintf(err, err_len, "out of memory for the reference check");
     if (ok) ok = run_reference(r, w, 0, err, err_len);
     if (ok) {
-        if (half) cli_naive_fwd(a, r->naive_out, r->naive_lse, r->threads);
-        gather_bshw(x_out, w->out.host, cf->dtype, cf->seqlen_q, cf->heads, a->Dv, a->B, r->row0, a->Sq, a->Hq);
+        if (with_naive) cli_naive_fwd(a, r->naive_out, r->naive_lse, score_abs, r->threads);
+        gather_bshw(x_out, w->out.host, out_t, cf->seqlen_q, cf->heads, a->Dv, a->B, r->row0, a->Sq, a->Hq);
         const int64_t S = cf->seqlen_q;
         gather_lse(x_lse, w->lse.host, cf->varlen ? S : cf->heads * S, cf->varlen ? cf->batch * S : S, a->B, r->row0,
                    a->Sq, a->Hq);
-        judge(&c->q[0], "out", cf->dtype, x_out, r->out, r->naive_out, n_out, 2, count_nan(&w->out, cf->dtype));
-        judge(&c->q[1], "lse", cf->dtype, x_lse, r->lse, r->naive_lse, n_lse, 2, count_nan(&w->lse, FA_F32));
+        /* out is judged in its own dtype: bf16 for float8 inputs. */
+        judge(&c->q[0], "out", out_t, x_out, r->out, r->naive_out, n_out, 2, count_nan(&w->out, out_t));
+        if (fp8)
+            judge_rows(&c->q[1], "lse", x_lse, r->lse, r->naive_lse, score_abs, n_lse, a->D, 2,
+                       count_nan(&w->lse, FA_F32));
+        else
+            judge(&c->q[1], "lse", cf->dtype, x_lse, r->lse, r->naive_lse, n_lse, 2, count_nan(&w->lse, FA_F32));
         c->n = 2;
         finish(c);
     }
     free(x_out);
     free(x_lse);
+    free(score_abs);
     return ok;
 }
 

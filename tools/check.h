@@ -1,7 +1,7 @@
 /*
  * Comparison of a backend's results with the float64 reference (run through
  * the public API as FA_BACKEND_REFERENCE on float32 copies of the inputs) and,
- * for float16/bfloat16, with a naive attention in the same precision.
+ * for float16/bfloat16 and float8, with a naive attention in the same precision.
  *
  * Pass rules (DESIGN.md §3):
  *   float32:        max |x - ref| <= 1e-4 * max(1, max |ref|)
@@ -9,6 +9,13 @@
  *                   with k = 2 for the forward, 3 for gradients, and u the
  *                   dtype's unit roundoff (2^-8 bf16, 2^-11 f16); u / 2 is about
  *                   twice the error of storing a value near 0.3, flash-attn's floor.
+ *   float8 e4m3:    forward only, out in bf16; the naive attention models an
+ *                   e4m3 kernel (float32 scores and softmax, P rounded to e4m3,
+ *                   bf16 out). out: max |x - ref| <= 2 * max |naive - ref| + u / 2
+ *                   with bf16's u. lse, row by row (as tests/test_fp8.c):
+ *                   |x_i - ref_i| <= 2 * max |naive - ref| + 2^-12 * max(1, D / 128)
+ *                   * scale * max_j sum_d |q_d k_d| + 1e-4 (j over the row's
+ *                   visible keys).
  *   every element written: no NaN (outputs are poisoned with NaN first).
  * Big problems are checked on a slice that starts at batch 0, head 0 (so
  * dropout draws the same bits): the first batch, the leading heads (whole GQA
@@ -33,10 +40,12 @@ typedef enum cli_check_status {
 /* One compared output (out, lse, dq, dk, dv). */
 typedef struct cli_quantity {
     const char *name;
-    double err;          /* max |x - ref| over the checked slice (inf on a mismatched -inf or NaN) */
+    double err;          /* max |x - ref| over the checked slice (inf on a mismatched -inf or NaN);
+                          * per_row: |x - ref| of the row nearest its own bound */
     double ref_max;      /* max |ref| */
     double naive_err;    /* max |naive - ref|; -1 where no naive baseline is used */
-    double bound;        /* passes when err <= bound */
+    double bound;        /* passes when err <= bound (per_row: that row's bound) */
+    int per_row;         /* each row has its own bound (the float8 lse) */
     long long nan_count; /* NaN (unwritten or broken) elements in the whole output */
     int pass;
 } cli_quantity;

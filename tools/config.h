@@ -15,7 +15,7 @@
 typedef struct cli_config {
     /* Shape. */
     int64_t batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, head_dim_v;
-    fa_dtype dtype;
+    fa_dtype dtype;                    /* of q, k, v (and of the gradients) */
 
     /* Options. causal: 1 on, 0 off, CLI_UNSET: the default (on, unless a
      * window was given). */
@@ -29,6 +29,9 @@ typedef struct cli_config {
     uint64_t seed;                     /* random inputs and the dropout seed */
     float scale;                       /* 0: 1/sqrt(D) */
     int deterministic;
+    /* float8: random per-(batch, kv head) descale factors in [0.5, 2) for q, k, v
+     * (0: none, i.e. all 1). */
+    int descale;
     /* The batch as packed equal-length sequences: fa_varlen_fwd / fa_varlen_bwd
      * (same data and results as the batched call; lse in the (Hq, total) layout). */
     int varlen;
@@ -65,6 +68,9 @@ void cli_config_window(const cli_config *c, int64_t *left, int64_t *right);
 
 /* Keys each query attends over: seqlen_k, or cache_len + new_keys in KV-cache mode. */
 int64_t cli_config_keys(const cli_config *c);
+
+/* Dtype of out: the inputs', bf16 for float8 inputs. */
+fa_dtype cli_out_dtype(fa_dtype in);
 
 /* Whether the case is causal by the FLOP convention (mask (-1, 0)). */
 int cli_config_is_causal(const cli_config *c);

@@ -3,7 +3,9 @@
 #include <math.h>
 #include <string.h>
 
-static const char *dtype_short(fa_dtype t) { return t == FA_F32 ? "f32" : t == FA_F16 ? "f16" : "bf16"; }
+static const char *dtype_short(fa_dtype t) {
+    return t == FA_F32 ? "f32" : t == FA_F16 ? "f16" : t == FA_F8_E4M3 ? "e4m3" : "bf16";
+}
 
 void cli_describe_case(const cli_config *c, char *buf, size_t len) {
     int n = snprintf(buf, len, "B=%lld Hq=%lld Hk=%lld Sq=%lld Sk=%lld D=%lld", (long long)c->batch,
@@ -23,6 +25,7 @@ void cli_describe_case(const cli_config *c, char *buf, size_t len) {
     if (c->dropout_p > 0) ADD(" dropout=%g", c->dropout_p);
     if (c->scale > 0) ADD(" scale=%g", c->scale);
     if (c->deterministic) ADD(" deterministic");
+    if (c->descale) ADD(" descale");
     if (c->varlen) ADD(" varlen");
     if (c->kvcache) {
         ADD(" kvcache=%lld", (long long)c->cache_len);
@@ -37,6 +40,7 @@ void cli_print_case_header(FILE *f, const cli_config *c) {
     char desc[256];
     cli_describe_case(c, desc, sizeof desc);
     fprintf(f, "\ncase: %s\n", desc);
+    if (c->dtype == FA_F8_E4M3) fprintf(f, "forward only: float8 e4m3 inputs have no backward (out is bf16)\n");
     fprintf(f, "%-6s %-10s %10s %14s %9s %12s %9s %-5s %s\n", "dir", "backend", "time", "rate", "of peak",
             "max err", "bound", "check", "checked");
 }
@@ -100,9 +104,11 @@ void cli_print_result_row(FILE *f, const cli_result *r) {
 void cli_print_check_detail(FILE *f, const cli_result *r) {
     for (int i = 0; i < r->check.n; ++i) {
         const cli_quantity *q = &r->check.q[i];
-        fprintf(f, "    %-4s max err %.3e  max |ref| %.3e", q->name, q->err, q->ref_max);
+        /* A per-row bound: the error and bound shown are those of the row nearest its bound. */
+        fprintf(f, "    %-4s %s %.3e  max |ref| %.3e", q->name, q->per_row ? "row err" : "max err", q->err, q->ref_max);
         if (q->naive_err >= 0) fprintf(f, "  naive same-precision err %.3e", q->naive_err);
-        fprintf(f, "  bound %.3e  NaN %lld  %s\n", q->bound, q->nan_count, q->pass ? "pass" : "FAIL");
+        fprintf(f, "  bound %.3e%s  NaN %lld  %s\n", q->bound, q->per_row ? " (per row; the row nearest it)" : "",
+                q->nan_count, q->pass ? "pass" : "FAIL");
     }
 }
 
@@ -143,6 +149,7 @@ void cli_print_result_json(FILE *f, const cli_config *c, const cli_result *r, co
     json_number(f, c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->head_dim)); /* the default resolved */
     fprintf(f, ",\"seed\":%llu,\"deterministic\":%s,\"varlen\":%s", (unsigned long long)c->seed,
             c->deterministic ? "true" : "false", c->varlen ? "true" : "false");
+    if (c->dtype == FA_F8_E4M3) fprintf(f, ",\"descale\":%s", c->descale ? "true" : "false");
     if (c->kvcache)
         fprintf(f, ",\"cache_len\":%lld,\"new_keys\":%lld,\"block_size\":%lld,\"splits\":%d", (long long)c->cache_len,
                 (long long)c->new_keys, (long long)c->block_size, c->splits);
@@ -208,6 +215,7 @@ void cli_print_result_json(FILE *f, const cli_config *c, const cli_result *r, co
             }
             fprintf(f, ",\"bound\":");
             json_number(f, q->bound);
+            if (q->per_row) fprintf(f, ",\"per_row\":true"); /* max_err and bound: the row nearest its bound */
             fprintf(f, ",\"nan\":%lld,\"pass\":%s}", q->nan_count, q->pass ? "true" : "false");
         }
         fprintf(f, "}");

@@ -19,10 +19,14 @@ static double uniform01(uint64_t *state) {
     return ((double)(splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-/* Standard normal values (Box-Muller), stored in the tensor's dtype. Each
- * operand draws from its own stream so shapes do not shift each other's data. */
+/* Generator state of one operand: each draws from its own stream so shapes
+ * do not shift each other's data. */
+static uint64_t stream_state(uint64_t seed, uint64_t stream) { return seed ^ (stream * 0xD1B54A32D192ED03ull); }
+
+/* Standard normal values (Box-Muller), stored in the tensor's dtype (rounded
+ * to nearest even; e4m3 saturates at +-448, far beyond these values). */
 static void fill_normal(cli_buffer *b, fa_dtype t, uint64_t seed, uint64_t stream) {
-    uint64_t state = seed ^ (stream * 0xD1B54A32D192ED03ull);
+    uint64_t state = stream_state(seed, stream);
     int64_t n = (int64_t)(b->bytes / fa_dtype_size(t));
     for (int64_t i = 0; i < n; i += 2) {
         double r = sqrt(-2.0 * log(uniform01(&state)));
@@ -57,7 +61,7 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
     w->cfg = *c;
     w->on_device = on_device;
     w->Sk = cli_config_keys(c);
-    const fa_dtype t = c->dtype;
+    const fa_dtype t = c->dtype, ot = cli_out_dtype(t); /* inputs, out */
     const int64_t B = c->batch, Sq = c->seqlen_q, Hq = c->heads, Hk = c->kv_heads;
     const int64_t D = c->head_dim, Dv = c->head_dim_v;
 
@@ -79,7 +83,7 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
     int ok = cli_buffer_alloc(&w->q, bytes_of(t, B, Sq, Hq, D), on_device) &&
              cli_buffer_alloc(&w->k, bytes_of(t, kv_rows0, kv_rows1, Hk, D), on_device) &&
              cli_buffer_alloc(&w->v, bytes_of(t, kv_rows0, kv_rows1, Hk, Dv), on_device) &&
-             cli_buffer_alloc(&w->out, bytes_of(t, B, Sq, Hq, Dv), on_device) &&
+             cli_buffer_alloc(&w->out, bytes_of(ot, B, Sq, Hq, Dv), on_device) &&
              cli_buffer_alloc(&w->lse, bytes_of(FA_F32, B, Hq, Sq, 1), on_device);
     if (ok && !c->fwd_only)
         ok = cli_buffer_alloc(&w->dout, bytes_of(t, B, Sq, Hq, Dv), on_device) &&
@@ -87,6 +91,8 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
              cli_buffer_alloc(&w->dk, bytes_of(t, B, w->Sk, Hk, D), on_device) &&
              cli_buffer_alloc(&w->dv, bytes_of(t, B, w->Sk, Hk, Dv), on_device);
     if (ok && c->alibi) ok = cli_buffer_alloc(&w->alibi, bytes_of(FA_F32, Hq, 1, 1, 1), on_device);
+    for (int i = 0; ok && c->descale && i < 3; ++i)
+        ok = cli_buffer_alloc(&w->descale[i], bytes_of(FA_F32, B, Hk, 1, 1), on_device);
     if (ok && c->varlen)
         ok = cli_buffer_alloc(&w->cu_q, bytes_of(FA_I32, B + 1, 1, 1, 1), on_device) &&
              cli_buffer_alloc(&w->cu_k, bytes_of(FA_I32, B + 1, 1, 1, 1), on_device);
@@ -115,6 +121,11 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
         float *s = w->alibi.host;
         for (int64_t h = 0; h < Hq; ++h) s[h] = (float)exp2(-8.0 * (double)(h + 1) / (double)Hq);
     }
+    for (int i = 0; c->descale && i < 3; ++i) { /* q, k, v descales: streams 7, 8, 9 */
+        uint64_t state = stream_state(c->seed, (uint64_t)(7 + i));
+        float *f = w->descale[i].host;
+        for (int64_t e = 0; e < B * Hk; ++e) f[e] = (float)(0.5 + 1.5 * uniform01(&state));
+    }
     if (w->cu_q.host) { /* equal lengths: the packed rows are the batched tensors' rows */
         int32_t *cq = w->cu_q.host, *ck = w->cu_k.host;
         for (int64_t b = 0; b <= B; ++b) {
@@ -139,7 +150,8 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
         }
     }
     cli_buffer *inputs[] = {&w->q, &w->k, &w->v, &w->dout, &w->alibi, &w->k_new, &w->v_new,
-                            &w->cache_seqlens, &w->block_table, &w->cu_q, &w->cu_k};
+                            &w->cache_seqlens, &w->block_table, &w->cu_q, &w->cu_k,
+                            &w->descale[0], &w->descale[1], &w->descale[2]};
     for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i) {
         if (inputs[i]->host && !cli_buffer_upload(inputs[i])) {
             snprintf(err, err_len, "%s", cli_device_error());
@@ -156,7 +168,7 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
     w->tq = tensor4(&w->q, t, B, Sq, Hq, D, on_device);
     w->tk = tensor4(&w->k, t, kv_rows0, kv_rows1, Hk, D, on_device);
     w->tv = tensor4(&w->v, t, kv_rows0, kv_rows1, Hk, Dv, on_device);
-    w->tout = tensor4(&w->out, t, B, Sq, Hq, Dv, on_device);
+    w->tout = tensor4(&w->out, ot, B, Sq, Hq, Dv, on_device);
     w->tlse = tensor_nd(&w->lse, FA_F32, 3, B, Hq, Sq, on_device);
     if (!c->fwd_only) {
         w->tdout = tensor4(&w->dout, t, B, Sq, Hq, Dv, on_device);
@@ -169,7 +181,7 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
         w->tq = tensor_nd(&w->q, t, 3, TQ, Hq, D, on_device);
         w->tk = tensor_nd(&w->k, t, 3, TK, Hk, D, on_device);
         w->tv = tensor_nd(&w->v, t, 3, TK, Hk, Dv, on_device);
-        w->tout = tensor_nd(&w->out, t, 3, TQ, Hq, Dv, on_device);
+        w->tout = tensor_nd(&w->out, ot, 3, TQ, Hq, Dv, on_device);
         w->tlse = tensor_nd(&w->lse, FA_F32, 2, Hq, TQ, 0, on_device);
         if (!c->fwd_only) {
             w->tdout = tensor_nd(&w->dout, t, 3, TQ, Hq, Dv, on_device);
@@ -203,12 +215,18 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
     o->dropout_seed = c->seed;
     o->dropout_offset = 0;
     o->deterministic = c->deterministic;
+    if (c->descale) { /* (B, Hk) in both layouts: B counts the packed sequences too */
+        o->q_descale = tensor_nd(&w->descale[0], FA_F32, 2, B, Hk, 0, on_device);
+        o->k_descale = tensor_nd(&w->descale[1], FA_F32, 2, B, Hk, 0, on_device);
+        o->v_descale = tensor_nd(&w->descale[2], FA_F32, 2, B, Hk, 0, on_device);
+    }
     return 1;
 }
 
 void cli_workload_destroy(cli_workload *w) {
     cli_buffer *all[] = {&w->q, &w->k, &w->v, &w->dout, &w->out, &w->lse, &w->dq, &w->dk, &w->dv,
-                         &w->alibi, &w->k_new, &w->v_new, &w->cache_seqlens, &w->block_table, &w->cu_q, &w->cu_k};
+                         &w->alibi, &w->k_new, &w->v_new, &w->cache_seqlens, &w->block_table, &w->cu_q, &w->cu_k,
+                         &w->descale[0], &w->descale[1], &w->descale[2]};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (all[i]->host) cli_buffer_free(all[i]);
 }
