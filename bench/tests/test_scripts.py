@@ -58,8 +58,17 @@ def test_fp8_alternates_over_passes(tmp_path):
     out, calls = run(tmp_path, "gpu_fp8", "--seqlens", "16384", "--causal", "no", "--passes", "3", "--reps", "2",
                      "--settle-ms", "0")
     assert runs(calls) == ["ours", "cudnn", "ours", "cudnn", "gemm"]  # ours, cuDNN; cuDNN, ours; ours, cuDNN
-    line = next(x for x in out.splitlines() if x.startswith("# causal 0, 1 x 16384"))
+    line = next(x for x in out.splitlines() if x.startswith("# head dim 128, causal 0, 1 x 16384"))
     assert line.count("passes ") == 2
+
+
+def test_fp8_head_dims(tmp_path):
+    """--head-dims times each head dim, with 2048 / D heads rounded down."""
+    out, _ = run(tmp_path, "gpu_fp8", "--head-dims", "256,192", "--seqlens", "16384", "--causal", "no", "--passes", "1",
+                 "--reps", "2", "--settle-ms", "0")
+    cells = [x for x in out.splitlines() if x.startswith("# head dim")]
+    assert [c.split(",")[0] for c in cells] == ["# head dim 256", "# head dim 192"]
+    assert [r.split()[0] for r in out.splitlines() if r[:1].isdigit()] == ["256", "192"]
 
 
 def import_sustained():
