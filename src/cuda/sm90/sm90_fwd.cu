@@ -564,7 +564,7 @@ extern "C" size_t fa_sm90_fwd_workspace(const fa_problem *p, const fa_exec *x) {
  * blockIdx.y, blockIdx.y + gridDim.y, ..., 128 head-dim columns at a
  * time. Warp w loads keys 16w..16w+15 of the tile, lane l columns
  * 4l..4l+3 of the 128, one 32-bit word per key (so each load instruction
- * reads a key's whole row, or half of it above head dim 128), moves the
+ * reads a key's row, or its 128 columns of it above head dim 128), moves the
  * bytes into V^T order with byte permutes and stores 16 slots of each of
  * its 4 V^T rows to shared memory; the CTA then writes those V^T rows with
  * 16-byte stores, whole rows at a time. */
@@ -597,8 +597,8 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
         for (int tile = blockIdx.x; tile < key_tiles * col_tiles; tile += gridDim.x) {
             /* the tile's first key and first head-dim column */
             const int key0 = tile % key_tiles * 128, col0 = tile / key_tiles * 128;
-            const int tile_keys = min(128, span - key0);             /* a multiple of 32 */
-            const int rows = min(128, d - col0);                      /* the tile's V^T rows */
+            const int tile_keys = min(128, span - key0); /* a multiple of 32 */
+            const int rows = min(128, d - col0);          /* the tile's V^T rows */
             if (4 * lane < rows && 16 * part < tile_keys) {
                 uint32_t w[16]; /* w[k]: key key0 + 16 part + k, columns col0 + 4 lane .. col0 + 4 lane + 3 */
 #pragma unroll
@@ -607,7 +607,7 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
                     w[k] = key < keys ? *reinterpret_cast<const uint32_t *>(src + key * v_ss + col0) : 0u;
                 }
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {              /* V^T row 4 lane + r: byte r of every key */
+                for (int r = 0; r < 4; ++r) {              /* V^T row col0 + 4 lane + r: byte r of every key */
                     const uint32_t sel = r | (4 + r) << 4; /* byte r of the first word, byte r of the second */
                     uint32_t out[4];                       /* slots 4q .. 4q + 3 of the 16 */
 #pragma unroll
