@@ -122,7 +122,7 @@ static void fwd_unit(void *arg, int unit) {
     naive_job *job = arg;
     const cli_attention *a = job->a;
     const int64_t b = unit / a->Hq, h = unit % a->Hq, kvh = h / (a->Hq / a->Hk);
-    const fa_dtype out_t = cli_out_dtype(a->dtype);
+    const fa_dtype out_t = fa_out_dtype(a->dtype);
     row_scratch r;
     if (!scratch_alloc(a, &r)) abort();
     float *acc = malloc(sizeof(float) * (size_t)a->Dv);

@@ -450,7 +450,7 @@ int cli_check_fwd(cli_reference *r, const cli_workload *w, cli_check *c, char *e
     r->out = alloc_floats(n_out);
     r->lse = alloc_floats(n_lse);
     float *x_out = alloc_floats(n_out), *x_lse = alloc_floats(n_lse);
-    const fa_dtype out_t = cli_out_dtype(cf->dtype);
+    const fa_dtype out_t = fa_out_dtype(cf->dtype);
     const int fp8 = cf->dtype == FA_F8_E4M3;
     const int with_naive = cf->dtype != FA_F32; /* the half and float8 rules need the naive baseline */
     float *score_abs = fp8 ? alloc_floats(n_lse) : NULL; /* float8: the per-row size of the lse bound */

@@ -60,7 +60,7 @@ int cli_check_main(int argc, char **argv) {
         failed |= cli_result_failed(&b.fwd) || (b.have_bwd && cli_result_failed(&b.bwd));
         if (a.have_workload && b.have_workload && !a.fwd.error[0] && !b.fwd.error[0] && !c.json) {
             printf("%s vs %s, max |difference| over all outputs: out %.3e  lse %.3e", fa_backend_name(t.backend),
-                   fa_backend_name(other.backend), max_difference(&a.w.out, &b.w.out, cli_out_dtype(c.dtype)),
+                   fa_backend_name(other.backend), max_difference(&a.w.out, &b.w.out, fa_out_dtype(c.dtype)),
                    max_difference(&a.w.lse, &b.w.lse, FA_F32));
             if (a.have_bwd && !a.bwd.error[0] && !b.bwd.error[0])
                 printf("  dq %.3e  dk %.3e  dv %.3e", max_difference(&a.w.dq, &b.w.dq, c.dtype),

@@ -59,8 +59,6 @@ int64_t cli_config_keys(const cli_config *c) {
     return c->kvcache ? c->cache_len + c->new_keys : c->seqlen_k;
 }
 
-fa_dtype cli_out_dtype(fa_dtype in) { return in == FA_F8_E4M3 ? FA_BF16 : in; }
-
 int cli_config_is_causal(const cli_config *c) {
     int64_t l, r;
     cli_config_window(c, &l, &r);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "flashattn.h"
+#include "problem.h" /* fa_out_dtype */
 
 /* Marks an integer setting the user did not give; resolved by cli_config_resolve(). */
 #define CLI_UNSET (-1)
@@ -68,9 +69,6 @@ void cli_config_window(const cli_config *c, int64_t *left, int64_t *right);
 
 /* Keys each query attends over: seqlen_k, or cache_len + new_keys in KV-cache mode. */
 int64_t cli_config_keys(const cli_config *c);
-
-/* Dtype of out: the inputs', bf16 for float8 inputs. */
-fa_dtype cli_out_dtype(fa_dtype in);
 
 /* Whether the case is causal by the FLOP convention (mask (-1, 0)). */
 int cli_config_is_causal(const cli_config *c);

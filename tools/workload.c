@@ -61,7 +61,7 @@ int cli_workload_create(cli_workload *w, const cli_config *c, int on_device, cha
     w->cfg = *c;
     w->on_device = on_device;
     w->Sk = cli_config_keys(c);
-    const fa_dtype t = c->dtype, ot = cli_out_dtype(t); /* inputs, out */
+    const fa_dtype t = c->dtype, ot = fa_out_dtype(t); /* inputs, out */
     const int64_t B = c->batch, Sq = c->seqlen_q, Hq = c->heads, Hk = c->kv_heads;
     const int64_t D = c->head_dim, Dv = c->head_dim_v;
 

@@ -20,7 +20,7 @@ typedef struct cli_workload {
     int64_t s_cache, num_blocks, max_blocks;
 
     cli_buffer q, k, v, dout;           /* inputs (k, v: the cache in KV-cache mode) */
-    cli_buffer out, lse, dq, dk, dv;    /* outputs (out in cli_out_dtype of the inputs') */
+    cli_buffer out, lse, dq, dk, dv;    /* outputs (out in fa_out_dtype of the inputs') */
     cli_buffer alibi, k_new, v_new, cache_seqlens, block_table;
     cli_buffer cu_q, cu_k;              /* varlen: sequence starts 0, Sq, 2 Sq, ... (and Sk) */
     cli_buffer descale[3];              /* --descale: float32 (B, Hk) factors of q, k, v */

@@ -113,9 +113,6 @@ static fa_status check_lse(const fa_tensor *lse, const fa_tensor *q, layout l, f
     return FA_OK;
 }
 
-/* Output dtype: q's, except float8 inputs produce bfloat16. */
-static fa_dtype out_dtype_of(fa_dtype in) { return in == FA_F8_E4M3 ? FA_BF16 : in; }
-
 /* Read n int32 values of an index tensor into host memory (copying from the GPU if needed). */
 static fa_status read_index(const fa_tensor *t, int64_t n, const fa_exec *x, int32_t **host, int *owned) {
     *owned = 0;
@@ -218,7 +215,7 @@ static fa_status forward(fa_context *ctx, const fa_tensor *q, const fa_tensor *k
     memset(&p, 0, sizeof p);
     fa_status s;
     if ((s = check_qkv(q, k, v, l, &p))) return s;
-    if ((s = check_like(out, "out", q, "q", p.Dv, out_dtype_of(q->dtype), l))) return s;
+    if ((s = check_like(out, "out", q, "q", p.Dv, fa_out_dtype(q->dtype), l))) return s;
     p.out = view_of(out, l);
 
     const fa_backend_ops *ops;

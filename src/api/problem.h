@@ -94,6 +94,10 @@ typedef struct fa_exec {
 #define FA_HD static inline
 #endif
 
+/* The output's dtype for inputs of dtype `in`: the inputs', except that
+ * float8 inputs produce bfloat16. */
+FA_HD fa_dtype fa_out_dtype(fa_dtype in) { return in == FA_F8_E4M3 ? FA_BF16 : in; }
+
 /* First packed row of sequence b (0 for batched). */
 FA_HD int64_t fa_q_row0(const fa_problem *p, int64_t b) {
     return p->cu_seqlens_q ? (int64_t)p->cu_seqlens_q[b] : 0;

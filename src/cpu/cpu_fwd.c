@@ -580,7 +580,7 @@ fa_status cpu_forward(const fa_problem *p, const fa_exec *x, int num_splits) {
     fwd_job job;
     memset(&job, 0, sizeof job);
     job.p = p;
-    job.out_dtype = p->dtype == FA_F8_E4M3 ? FA_BF16 : p->dtype; /* float8 inputs give a bfloat16 output */
+    job.out_dtype = fa_out_dtype(p->dtype);
     job.kr = cpu_kernels_select();
     job.bf16 = cpu_use_bf16(p, job.kr);
     job.g = fwd_geometry_of(p, num_splits);

@@ -138,7 +138,7 @@ static fa_status fwd_item(const fa_problem *p, int64_t b, int64_t h, ref_buffers
     fa_status st = fa_ref_attention_fwd_f64(&o, sq, sk, p->D, p->Dv, w->q, w->k, w->v, w->out, w->lse);
     if (st != FA_OK) return st;
     /* float8 inputs give a bfloat16 output */
-    scatter_as(p, &p->out, QUERY_SIDE, b, h, sq, p->Dv, w->out, p->dtype == FA_F8_E4M3 ? FA_BF16 : p->dtype);
+    scatter_as(p, &p->out, QUERY_SIDE, b, h, sq, p->Dv, w->out, fa_out_dtype(p->dtype));
     if (p->lse)
         for (int64_t i = 0; i < sq; ++i) p->lse[fa_lse_offset(p, b, h, i)] = (float)w->lse[i];
     return FA_OK;

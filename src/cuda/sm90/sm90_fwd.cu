@@ -238,8 +238,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
                               shape.qk_box)) { /* V in K's slabs */
         return 0;
     }
-    /* the output is bf16 for e4m3 inputs */
-    const fa_dtype out_dt = p->dtype == FA_F8_E4M3 ? FA_BF16 : p->dtype;
+    const fa_dtype out_dt = fa_out_dtype(p->dtype); /* bf16 for e4m3 inputs */
     if (!sm90_make_map(encode ? &k->tm_o : NULL, &p->out, out_dt, map_b, rows_q, p->Hq, D, 64)) return 0;
     k->cu_seqlens_q = p->cu_seqlens_q;
     k->cu_seqlens_k = p->cu_seqlens_k;
