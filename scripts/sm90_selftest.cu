@@ -26,6 +26,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "../src/cuda/sm90/sm90_fwd.cu"
@@ -45,6 +47,49 @@ static bool split_planned(const fa_problem *p, const fa_exec *x) {
     if (!sm90_fill_params(p, &k, NULL, 0)) return false;
     const Sm90SplitPlan s = sm90_split_plan(p, k, sm90_num_sms(x->device_index));
     return s.tail_tiles > 0 && x->workspace && x->workspace_bytes >= sm90_workspace_bytes(p, s);
+}
+
+/* One worker's share of a check against the float64 reference: error
+ * maxima and counts of bad elements, merged once every row is checked. */
+struct RefTally {
+    double err = 0, err_nolse = 0, err_naive = 0, err_lse = 0, lse_ratio = 0, maxref = 0;
+    int unwritten = 0, pad_touched = 0, bad_empty = 0;
+    void merge(const RefTally &o) {
+        err = std::max(err, o.err);
+        err_nolse = std::max(err_nolse, o.err_nolse);
+        err_naive = std::max(err_naive, o.err_naive);
+        err_lse = std::max(err_lse, o.err_lse);
+        lse_ratio = std::max(lse_ratio, o.lse_ratio);
+        maxref = std::max(maxref, o.maxref);
+        unwritten += o.unwritten;
+        pad_touched += o.pad_touched;
+        bad_empty += o.bad_empty;
+    }
+};
+
+/* Runs rows(b, h, i0, i1, tally) over every batch, head and 64-row group
+ * of up to max_sq query rows, on all host cores: the reference visits every
+ * visible key of every row in float64, minutes on one core for the cases
+ * with head dim 256 or thousands of keys. */
+template <class F>
+static RefTally reference_rows(int B, int H, int max_sq, F rows) {
+    const int groups = (max_sq + 63) / 64, items = B * H * groups;
+    const unsigned workers = std::max(1u, std::min(std::thread::hardware_concurrency(), (unsigned)std::max(items, 1)));
+    std::vector<RefTally> tally(workers);
+    std::atomic<int> next{0};
+    auto work = [&](unsigned w) {
+        for (int k; (k = next.fetch_add(1)) < items;) {
+            const int g = k % groups, bh = k / groups;
+            rows(bh / H, bh % H, g * 64, std::min(max_sq, g * 64 + 64), tally[w]);
+        }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned w = 1; w < workers; ++w) pool.emplace_back(work, w);
+    work(0);
+    for (std::thread &t : pool) t.join();
+    RefTally all;
+    for (const RefTally &t : tally) all.merge(t);
+    return all;
 }
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -208,18 +253,17 @@ static int run_case(const Case &c0) {
     cudaFree(dcu_k);
 
     /* float64 reference and naive 16-bit implementation */
-    double err = 0, err_naive = 0, err_lse = 0, maxref = 0;
-    int unwritten = 0, pad_touched = 0, bad_empty = 0;
-    std::vector<double> s(c.Sk + 1), o(D);
-    std::vector<float> sf(c.Sk + 1), of(D);
-    if (varlen) /* rows after the last sequence: nothing may write there */
-        for (int64_t e = (int64_t)total_q * qss; e < (int64_t)nq; ++e)
-            if (ho[e] != 0xFFFF) pad_touched++;
-    for (int b = 0; b < c.B; ++b)
-        for (int h = 0; h < c.Hq; ++h) {
+    int max_sq = 0;
+    for (int b = 0; b < c.B; ++b) max_sq = std::max(max_sq, sq[b]);
+    RefTally t = reference_rows(c.B, c.Hq, max_sq, [&](int b, int h, int i0, int i1, RefTally &r) {
+        double &err = r.err, &err_naive = r.err_naive, &err_lse = r.err_lse, &maxref = r.maxref;
+        int &unwritten = r.unwritten, &pad_touched = r.pad_touched, &bad_empty = r.bad_empty;
+        std::vector<double> s(c.Sk + 1), o(D);
+        std::vector<float> sf(c.Sk + 1), of(D);
+        {
             int kh = h / (c.Hq / c.Hk);
             const int64_t off = c.top_left ? 0 : (int64_t)sk[b] - sq[b];
-            for (int i = 0; i < sq[b]; ++i) {
+            for (int i = i0; i < std::min(i1, sq[b]); ++i) {
                 const uint16_t *qi = &hq[b * qsb + (q0[b] + i) * qss + h * qsh];
                 const uint16_t *oi = &ho[b * qsb + (q0[b] + i) * qss + h * qsh];
                 for (int e = D; e < D + c.pad; ++e)
@@ -293,6 +337,12 @@ static int run_case(const Case &c0) {
                     err_lse = std::max(err_lse, fabs(lse_k - lse_ref));
             }
         }
+    });
+    if (varlen) /* rows after the last sequence: nothing may write there */
+        for (int64_t e = (int64_t)total_q * qss; e < (int64_t)nq; ++e)
+            if (ho[e] != 0xFFFF) t.pad_touched++;
+    const double err = t.err, err_naive = t.err_naive, err_lse = t.err_lse, maxref = t.maxref;
+    const int unwritten = t.unwritten, pad_touched = t.pad_touched, bad_empty = t.bad_empty;
     bool ok = unwritten == 0 && pad_touched == 0 && bad_empty == 0 && err <= 2 * err_naive + 1e-3 &&
               err_lse <= 2e-3;
     if (varlen) {
@@ -553,16 +603,17 @@ static int run_fp8_case(const Case &c) {
     cudaFree(ws);
     for (int i = 0; i < 3; ++i) cudaFree(ddesc[i]);
 
-    double err = 0, err_nolse = 0, err_naive = 0, err_lse = 0, lse_ratio = 0, maxref = 0;
-    int unwritten = 0, pad_touched = 0, bad_empty = 0;
-    std::vector<double> s(c.Sk), o(D);
-    std::vector<float> sf(c.Sk), of(D), qi(D), kj(D);
     const int64_t off = c.top_left ? 0 : (int64_t)c.Sk - c.Sq;
-    for (int b = 0; b < c.B; ++b)
-        for (int h = 0; h < c.Hq; ++h) {
+    const RefTally t = reference_rows(c.B, c.Hq, c.Sq, [&](int b, int h, int i0, int i1, RefTally &r) {
+        double &err = r.err, &err_nolse = r.err_nolse, &err_naive = r.err_naive, &err_lse = r.err_lse,
+               &lse_ratio = r.lse_ratio, &maxref = r.maxref;
+        int &unwritten = r.unwritten, &pad_touched = r.pad_touched, &bad_empty = r.bad_empty;
+        std::vector<double> s(c.Sk), o(D);
+        std::vector<float> sf(c.Sk), of(D), qi(D);
+        {
             int kh = h / (c.Hq / c.Hk);
             float qd = desc[0][b * c.Hk + kh], kd = desc[1][b * c.Hk + kh], vd = desc[2][b * c.Hk + kh];
-            for (int i = 0; i < c.Sq; ++i) {
+            for (int i = i0; i < i1; ++i) {
                 const uint16_t *oi = &ho[b * qsb + i * qss + h * qsh], *oi2 = &ho_nolse[b * qsb + i * qss + h * qsh];
                 for (int d = 0; d < D; ++d) qi[d] = from_e4m3(hq[b * qsb + i * qss + h * qsh + d]) * qd;
                 for (int e = D; e < D + c.pad; ++e)
@@ -644,6 +695,10 @@ static int run_fp8_case(const Case &c) {
                 }
             }
         }
+    });
+    const double err = t.err, err_nolse = t.err_nolse, err_naive = t.err_naive, err_lse = t.err_lse,
+                 lse_ratio = t.lse_ratio, maxref = t.maxref;
+    const int unwritten = t.unwritten, pad_touched = t.pad_touched, bad_empty = t.bad_empty;
     double half_ulp = maxref > 0 ? ldexp(1.0, (int)floor(log2(maxref)) - 8) : 0.0;
     bool ok = unwritten == 0 && pad_touched == 0 && bad_empty == 0 && err <= 2 * err_naive + half_ulp &&
               err_nolse <= 2 * err_naive + half_ulp && lse_ratio <= 1.0;
