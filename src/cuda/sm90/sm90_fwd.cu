@@ -56,12 +56,12 @@ using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
 using Sm90CfgF8M192Packed = Sm90PackedRows<Sm90SteadyUnmasked<Sm90FwdConfig<128, 128, 3, true, 3, true>>>;
 using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 /* e4m3 at head dims 144-256: two consumers (O takes 96 or 128 registers a
- * thread), batched and varlen instances. Head dim 192 keeps 128-key blocks
- * (rows of three 64-byte slabs; two Q buffers fit); at 256 a 128-key K
- * stage and V^T stage would leave no room for O's staging buffer beside
- * them, so its blocks are 64 keys (V^T in 64-byte slabs). */
+ * thread), 128-key blocks, batched and varlen instances. Head dim 192: rows
+ * of three 64-byte slabs, two Q buffers. Head dim 256: one Q buffer, so
+ * that O's staging buffer fits beside two 32 KB K and V^T stages (225 KB;
+ * docs/perf/sm90.md, item 170). */
 using Sm90CfgF8D192 = Sm90FwdConfig<192, 128, 2, true, 2, true>;
-using Sm90CfgF8D256 = Sm90FwdConfig<256, 64, 2, true, 2, true>;
+using Sm90CfgF8D256 = Sm90FwdConfig<256, 128, 2, true, 2, true>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
     if (p->dtype == FA_F8_E4M3) {

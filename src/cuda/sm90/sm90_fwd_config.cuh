@@ -198,12 +198,14 @@ struct Sm90FwdConfig {
     static constexpr int Q_BYTES = BM * D * ES;
     static constexpr int KV_BYTES = BN * D * ES; /* a K tile, or a V (V^T for e4m3) tile */
     static constexpr int O_BYTES = BM * O_SLABS * 128; /* O staged: whole 128-byte slabs */
-    /* O is staged in its own buffer when it fits. Else (head dim 256) each
-     * consumer stages its 64 rows in a K/V stage of the tile's last kv block,
-     * consumer 0 in the K buffer, consumer 1 in the V buffer, and frees that
-     * stage once its store has read it; the next tile's first block uses the
-     * other stage, so only its second load waits for the store. */
-    static constexpr bool O_IN_RING = (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
+    /* O is staged in its own buffer when it fits. Else (16-bit head dim 256)
+     * each consumer stages its 64 rows in a K/V stage of the tile's last kv
+     * block, consumer 0 in the K buffer, consumer 1 in the V buffer, and
+     * frees that stage once its store has read it; the next tile's first
+     * block uses the other stage, so only its second load waits for the
+     * store. e4m3 always has a buffer of its own (at head dim 256 beside
+     * one Q buffer). */
+    static constexpr bool O_IN_RING = !FP8 && (Q_BYTES + O_BYTES + 2 * STAGES * KV_BYTES) > 200 * 1024;
     static_assert(!O_IN_RING || (CONSUMERS == 2 && STAGES >= 2 && BN == 64 && 64 * D * 2 == KV_BYTES),
                   "O staged in the ring: one consumer's 64 rows fill a K or V stage exactly");
     /* With O staged in the ring, consumer 0 stages its 64 rows in a buffer
