@@ -255,9 +255,9 @@ static int run_case(const Case &c0) {
     /* float64 reference and naive 16-bit implementation */
     int max_sq = 0;
     for (int b = 0; b < c.B; ++b) max_sq = std::max(max_sq, sq[b]);
-    RefTally t = reference_rows(c.B, c.Hq, max_sq, [&](int b, int h, int i0, int i1, RefTally &r) {
-        double &err = r.err, &err_naive = r.err_naive, &err_lse = r.err_lse, &maxref = r.maxref;
-        int &unwritten = r.unwritten, &pad_touched = r.pad_touched, &bad_empty = r.bad_empty;
+    RefTally t = reference_rows(c.B, c.Hq, max_sq, [&](int b, int h, int i0, int i1, RefTally &mine) {
+        double &err = mine.err, &err_naive = mine.err_naive, &err_lse = mine.err_lse, &maxref = mine.maxref;
+        int &unwritten = mine.unwritten, &pad_touched = mine.pad_touched, &bad_empty = mine.bad_empty;
         std::vector<double> s(c.Sk + 1), o(D);
         std::vector<float> sf(c.Sk + 1), of(D);
         {
@@ -604,10 +604,10 @@ static int run_fp8_case(const Case &c) {
     for (int i = 0; i < 3; ++i) cudaFree(ddesc[i]);
 
     const int64_t off = c.top_left ? 0 : (int64_t)c.Sk - c.Sq;
-    const RefTally t = reference_rows(c.B, c.Hq, c.Sq, [&](int b, int h, int i0, int i1, RefTally &r) {
-        double &err = r.err, &err_nolse = r.err_nolse, &err_naive = r.err_naive, &err_lse = r.err_lse,
-               &lse_ratio = r.lse_ratio, &maxref = r.maxref;
-        int &unwritten = r.unwritten, &pad_touched = r.pad_touched, &bad_empty = r.bad_empty;
+    const RefTally t = reference_rows(c.B, c.Hq, c.Sq, [&](int b, int h, int i0, int i1, RefTally &mine) {
+        double &err = mine.err, &err_nolse = mine.err_nolse, &err_naive = mine.err_naive, &err_lse = mine.err_lse,
+               &lse_ratio = mine.lse_ratio, &maxref = mine.maxref;
+        int &unwritten = mine.unwritten, &pad_touched = mine.pad_touched, &bad_empty = mine.bad_empty;
         std::vector<double> s(c.Sk), o(D);
         std::vector<float> sf(c.Sk), of(D), qi(D);
         {
