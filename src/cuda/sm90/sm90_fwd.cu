@@ -58,8 +58,8 @@ using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 /* e4m3 at head dims 144-256: two consumers (O takes 96 or 128 registers a
  * thread), 128-key blocks, batched and varlen instances. Head dim 192: rows
  * of three 64-byte slabs, two Q buffers. Head dim 256: one Q buffer, so
- * that O's staging buffer fits beside two 32 KB K and V^T stages (225 KB;
- * docs/perf/sm90.md, item 170). */
+ * that O's staging buffer fits beside two 32 KB K and V^T stages (225 KB):
+ * +7..+21% over 64-key blocks (docs/perf/sm90.md, item 170). */
 using Sm90CfgF8D192 = Sm90FwdConfig<192, 128, 2, true, 2, true>;
 using Sm90CfgF8D256 = Sm90FwdConfig<256, 128, 2, true, 2, true>;
 

@@ -427,9 +427,9 @@ struct Sm90FwdConfig {
      * dims 64 and 128 (docs/perf/sm90.md, items 96 and 97). The 16-bit
      * two-consumer kernels have that instance too, but not their split-tail
      * instances, and so does e4m3's head-dim-192 kernel: +0..+8% at
-     * non-causal 16k, level elsewhere; at head dim 256 it measured level to
-     * 2.5% slower, and e4m3's two-consumer head-dim-128 kernel runs only
-     * varlen problems (item 171). */
+     * non-causal 16k, level elsewhere. At e4m3 head dim 256 it measured
+     * 1-5% slower at non-causal 16k, and e4m3's two-consumer head-dim-128
+     * kernel runs only varlen problems (item 171). */
     static constexpr bool STEADY_UNMASKED_OWN_KERNEL =
         P_SMEM || (CONSUMERS == 2 && (!FP8 || D == 192) && !SPLIT_TAIL_);
     static constexpr bool STEADY_MASKS = true;
