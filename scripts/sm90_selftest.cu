@@ -260,82 +260,80 @@ static int run_case(const Case &c0) {
         int &unwritten = mine.unwritten, &pad_touched = mine.pad_touched, &bad_empty = mine.bad_empty;
         std::vector<double> s(c.Sk + 1), o(D);
         std::vector<float> sf(c.Sk + 1), of(D);
-        {
-            int kh = h / (c.Hq / c.Hk);
-            const int64_t off = c.top_left ? 0 : (int64_t)sk[b] - sq[b];
-            for (int i = i0; i < std::min(i1, sq[b]); ++i) {
-                const uint16_t *qi = &hq[b * qsb + (q0[b] + i) * qss + h * qsh];
-                const uint16_t *oi = &ho[b * qsb + (q0[b] + i) * qss + h * qsh];
-                for (int e = D; e < D + c.pad; ++e)
-                    if (oi[e] != 0xFFFF) pad_touched++;
-                /* visible keys [lo, hi): causal keeps j <= i + off, a window
-                 * i + off - left <= j <= i + off + right (-1: unbounded) */
-                int64_t lo = (c.causal || c.wl < 0) ? 0 : i + off - c.wl;
-                int64_t hi = c.causal ? i + off + 1 : (c.wr < 0 ? sk[b] : i + off + c.wr + 1);
-                lo = std::max<int64_t>(lo, 0);
-                hi = std::min<int64_t>(hi, sk[b]);
-                double m = -INFINITY;
-                float mf = -INFINITY;
-                for (int64_t j = lo; j < hi; ++j) {
-                    const uint16_t *kj = &hk[b * ksb + (k0[b] + j) * kss + kh * ksh];
-                    double a = 0;
-                    float af = 0;
-                    for (int d = 0; d < D; ++d) {
-                        a += (double)from16(qi[d], bf) * from16(kj[d], bf);
-                        af += from16(qi[d], bf) * from16(kj[d], bf);
-                    }
-                    a *= 1.0 / sqrt((double)D);
-                    af *= 1.0f / sqrtf((float)D);
-                    if (c.softcap > 0) {
-                        a = c.softcap * tanh(a / c.softcap);
-                        af = c.softcap * tanhf(af / c.softcap);
-                    }
-                    s[j] = a;
-                    sf[j] = af;
-                    m = std::max(m, a);
-                    mf = std::max(mf, af);
+        int kh = h / (c.Hq / c.Hk);
+        const int64_t off = c.top_left ? 0 : (int64_t)sk[b] - sq[b];
+        for (int i = i0; i < std::min(i1, sq[b]); ++i) {
+            const uint16_t *qi = &hq[b * qsb + (q0[b] + i) * qss + h * qsh];
+            const uint16_t *oi = &ho[b * qsb + (q0[b] + i) * qss + h * qsh];
+            for (int e = D; e < D + c.pad; ++e)
+                if (oi[e] != 0xFFFF) pad_touched++;
+            /* visible keys [lo, hi): causal keeps j <= i + off, a window
+             * i + off - left <= j <= i + off + right (-1: unbounded) */
+            int64_t lo = (c.causal || c.wl < 0) ? 0 : i + off - c.wl;
+            int64_t hi = c.causal ? i + off + 1 : (c.wr < 0 ? sk[b] : i + off + c.wr + 1);
+            lo = std::max<int64_t>(lo, 0);
+            hi = std::min<int64_t>(hi, sk[b]);
+            double m = -INFINITY;
+            float mf = -INFINITY;
+            for (int64_t j = lo; j < hi; ++j) {
+                const uint16_t *kj = &hk[b * ksb + (k0[b] + j) * kss + kh * ksh];
+                double a = 0;
+                float af = 0;
+                for (int d = 0; d < D; ++d) {
+                    a += (double)from16(qi[d], bf) * from16(kj[d], bf);
+                    af += from16(qi[d], bf) * from16(kj[d], bf);
                 }
-                float lse_k = hl[(size_t)b * p.lse_sb + (size_t)h * p.lse_sh + q0[b] + i];
-                if (hi <= lo) { /* no visible key: out 0, lse -inf */
-                    for (int d = 0; d < D; ++d)
-                        if (oi[d] != 0 && oi[d] != 0x8000) bad_empty++;
-                    if (!(lse_k == -INFINITY)) bad_empty++;
+                a *= 1.0 / sqrt((double)D);
+                af *= 1.0f / sqrtf((float)D);
+                if (c.softcap > 0) {
+                    a = c.softcap * tanh(a / c.softcap);
+                    af = c.softcap * tanhf(af / c.softcap);
+                }
+                s[j] = a;
+                sf[j] = af;
+                m = std::max(m, a);
+                mf = std::max(mf, af);
+            }
+            float lse_k = hl[(size_t)b * p.lse_sb + (size_t)h * p.lse_sh + q0[b] + i];
+            if (hi <= lo) { /* no visible key: out 0, lse -inf */
+                for (int d = 0; d < D; ++d)
+                    if (oi[d] != 0 && oi[d] != 0x8000) bad_empty++;
+                if (!(lse_k == -INFINITY)) bad_empty++;
+                continue;
+            }
+            double l = 0;
+            float lf = 0;
+            std::fill(o.begin(), o.end(), 0.0);
+            std::fill(of.begin(), of.end(), 0.f);
+            for (int64_t j = lo; j < hi; ++j) {
+                double pj = exp(s[j] - m);
+                float pf = expf(sf[j] - mf);
+                l += pj;
+                lf += pf;
+                float pr = from16(to16(pf, bf), bf); /* P in storage precision */
+                const uint16_t *vj = &hv[b * ksb + (k0[b] + j) * kss + kh * ksh];
+                for (int d = 0; d < D; ++d) {
+                    o[d] += pj * from16(vj[d], bf);
+                    of[d] += pr * from16(vj[d], bf);
+                }
+            }
+            for (int d = 0; d < D; ++d) {
+                double r = o[d] / l;
+                float nf = from16(to16(of[d] / lf, bf), bf);
+                float kv = from16(oi[d], bf);
+                if (isnan(kv)) {
+                    unwritten++;
                     continue;
                 }
-                double l = 0;
-                float lf = 0;
-                std::fill(o.begin(), o.end(), 0.0);
-                std::fill(of.begin(), of.end(), 0.f);
-                for (int64_t j = lo; j < hi; ++j) {
-                    double pj = exp(s[j] - m);
-                    float pf = expf(sf[j] - mf);
-                    l += pj;
-                    lf += pf;
-                    float pr = from16(to16(pf, bf), bf); /* P in storage precision */
-                    const uint16_t *vj = &hv[b * ksb + (k0[b] + j) * kss + kh * ksh];
-                    for (int d = 0; d < D; ++d) {
-                        o[d] += pj * from16(vj[d], bf);
-                        of[d] += pr * from16(vj[d], bf);
-                    }
-                }
-                for (int d = 0; d < D; ++d) {
-                    double r = o[d] / l;
-                    float nf = from16(to16(of[d] / lf, bf), bf);
-                    float kv = from16(oi[d], bf);
-                    if (isnan(kv)) {
-                        unwritten++;
-                        continue;
-                    }
-                    err = std::max(err, fabs(kv - r));
-                    err_naive = std::max(err_naive, fabs(nf - r));
-                    maxref = std::max(maxref, fabs(r));
-                }
-                double lse_ref = m + log(l);
-                if (isnan(lse_k))
-                    unwritten++;
-                else
-                    err_lse = std::max(err_lse, fabs(lse_k - lse_ref));
+                err = std::max(err, fabs(kv - r));
+                err_naive = std::max(err_naive, fabs(nf - r));
+                maxref = std::max(maxref, fabs(r));
             }
+            double lse_ref = m + log(l);
+            if (isnan(lse_k))
+                unwritten++;
+            else
+                err_lse = std::max(err_lse, fabs(lse_k - lse_ref));
         }
     });
     if (varlen) /* rows after the last sequence: nothing may write there */
@@ -610,89 +608,87 @@ static int run_fp8_case(const Case &c) {
         int &unwritten = mine.unwritten, &pad_touched = mine.pad_touched, &bad_empty = mine.bad_empty;
         std::vector<double> s(c.Sk), o(D);
         std::vector<float> sf(c.Sk), of(D), qi(D);
-        {
-            int kh = h / (c.Hq / c.Hk);
-            float qd = desc[0][b * c.Hk + kh], kd = desc[1][b * c.Hk + kh], vd = desc[2][b * c.Hk + kh];
-            for (int i = i0; i < i1; ++i) {
-                const uint16_t *oi = &ho[b * qsb + i * qss + h * qsh], *oi2 = &ho_nolse[b * qsb + i * qss + h * qsh];
-                for (int d = 0; d < D; ++d) qi[d] = from_e4m3(hq[b * qsb + i * qss + h * qsh + d]) * qd;
-                for (int e = D; e < D + c.pad; ++e)
-                    if (oi[e] != 0xFFFF || oi2[e] != 0xFFFF) pad_touched++;
-                int64_t lo = (c.causal || c.wl < 0) ? 0 : i + off - c.wl;
-                int64_t hi = c.causal ? i + off + 1 : (c.wr < 0 ? c.Sk : i + off + c.wr + 1);
-                lo = std::max<int64_t>(lo, 0);
-                hi = std::min<int64_t>(hi, c.Sk);
-                double m = -INFINITY, n_abs = 0;
-                float mf = -INFINITY;
-                for (int64_t j = lo; j < hi; ++j) {
-                    double a = 0, a_abs = 0;
-                    float af = 0;
-                    for (int d = 0; d < D; ++d) {
-                        float kv = from_e4m3(hk[b * ksb + j * kss + kh * ksh + d]) * kd;
-                        a += (double)qi[d] * kv;
-                        a_abs += fabs((double)qi[d] * kv);
-                        af += qi[d] * kv;
-                    }
-                    n_abs = std::max(n_abs, a_abs / sqrt((double)D));
-                    a *= 1.0 / sqrt((double)D);
-                    af *= 1.0f / sqrtf((float)D);
-                    if (c.softcap > 0) {
-                        a = c.softcap * tanh(a / c.softcap);
-                        af = c.softcap * tanhf(af / c.softcap);
-                    }
-                    s[j] = a;
-                    sf[j] = af;
-                    m = std::max(m, a);
-                    mf = std::max(mf, af);
+        int kh = h / (c.Hq / c.Hk);
+        float qd = desc[0][b * c.Hk + kh], kd = desc[1][b * c.Hk + kh], vd = desc[2][b * c.Hk + kh];
+        for (int i = i0; i < i1; ++i) {
+            const uint16_t *oi = &ho[b * qsb + i * qss + h * qsh], *oi2 = &ho_nolse[b * qsb + i * qss + h * qsh];
+            for (int d = 0; d < D; ++d) qi[d] = from_e4m3(hq[b * qsb + i * qss + h * qsh + d]) * qd;
+            for (int e = D; e < D + c.pad; ++e)
+                if (oi[e] != 0xFFFF || oi2[e] != 0xFFFF) pad_touched++;
+            int64_t lo = (c.causal || c.wl < 0) ? 0 : i + off - c.wl;
+            int64_t hi = c.causal ? i + off + 1 : (c.wr < 0 ? c.Sk : i + off + c.wr + 1);
+            lo = std::max<int64_t>(lo, 0);
+            hi = std::min<int64_t>(hi, c.Sk);
+            double m = -INFINITY, n_abs = 0;
+            float mf = -INFINITY;
+            for (int64_t j = lo; j < hi; ++j) {
+                double a = 0, a_abs = 0;
+                float af = 0;
+                for (int d = 0; d < D; ++d) {
+                    float kv = from_e4m3(hk[b * ksb + j * kss + kh * ksh + d]) * kd;
+                    a += (double)qi[d] * kv;
+                    a_abs += fabs((double)qi[d] * kv);
+                    af += qi[d] * kv;
                 }
-                float lse_k = hl[(size_t)b * c.Hq * c.Sq + (size_t)h * c.Sq + i];
-                if (hi <= lo) {
-                    for (int d = 0; d < D; ++d)
-                        if ((oi[d] != 0 && oi[d] != 0x8000) || (oi2[d] != 0 && oi2[d] != 0x8000)) bad_empty++;
-                    if (!(lse_k == -INFINITY)) bad_empty++;
+                n_abs = std::max(n_abs, a_abs / sqrt((double)D));
+                a *= 1.0 / sqrt((double)D);
+                af *= 1.0f / sqrtf((float)D);
+                if (c.softcap > 0) {
+                    a = c.softcap * tanh(a / c.softcap);
+                    af = c.softcap * tanhf(af / c.softcap);
+                }
+                s[j] = a;
+                sf[j] = af;
+                m = std::max(m, a);
+                mf = std::max(mf, af);
+            }
+            float lse_k = hl[(size_t)b * c.Hq * c.Sq + (size_t)h * c.Sq + i];
+            if (hi <= lo) {
+                for (int d = 0; d < D; ++d)
+                    if ((oi[d] != 0 && oi[d] != 0x8000) || (oi2[d] != 0 && oi2[d] != 0x8000)) bad_empty++;
+                if (!(lse_k == -INFINITY)) bad_empty++;
+                continue;
+            }
+            double l = 0;
+            float lf = 0;
+            std::fill(o.begin(), o.end(), 0.0);
+            std::fill(of.begin(), of.end(), 0.f);
+            for (int64_t j = lo; j < hi; ++j) {
+                double pj = exp(s[j] - m);
+                float pf = expf(sf[j] - mf);
+                l += pj;
+                lf += pf;
+                float pr = from_e4m3(to_e4m3(pf)); /* P in e4m3 */
+                for (int d = 0; d < D; ++d) {
+                    float v8 = from_e4m3(hv[b * ksb + j * kss + kh * ksh + d]);
+                    o[d] += pj * v8 * vd;
+                    of[d] += pr * v8;
+                }
+            }
+            for (int d = 0; d < D; ++d) {
+                double r = o[d] / l;
+                float nf = from16(to16(of[d] * vd / lf, true), true);
+                float kv = from16(oi[d], true), kv2 = from16(oi2[d], true);
+                if (isnan(kv) || isnan(kv2)) {
+                    unwritten++;
                     continue;
                 }
-                double l = 0;
-                float lf = 0;
-                std::fill(o.begin(), o.end(), 0.0);
-                std::fill(of.begin(), of.end(), 0.f);
-                for (int64_t j = lo; j < hi; ++j) {
-                    double pj = exp(s[j] - m);
-                    float pf = expf(sf[j] - mf);
-                    l += pj;
-                    lf += pf;
-                    float pr = from_e4m3(to_e4m3(pf)); /* P in e4m3 */
-                    for (int d = 0; d < D; ++d) {
-                        float v8 = from_e4m3(hv[b * ksb + j * kss + kh * ksh + d]);
-                        o[d] += pj * v8 * vd;
-                        of[d] += pr * v8;
-                    }
-                }
-                for (int d = 0; d < D; ++d) {
-                    double r = o[d] / l;
-                    float nf = from16(to16(of[d] * vd / lf, true), true);
-                    float kv = from16(oi[d], true), kv2 = from16(oi2[d], true);
-                    if (isnan(kv) || isnan(kv2)) {
-                        unwritten++;
-                        continue;
-                    }
-                    err = std::max(err, fabs(kv - r));
-                    err_nolse = std::max(err_nolse, fabs(kv2 - r));
-                    err_naive = std::max(err_naive, fabs(nf - r));
-                    maxref = std::max(maxref, fabs(r));
-                }
-                double lse_ref = m + log(l);
-                if (isnan(lse_k)) {
-                    unwritten++;
-                } else {
-                    /* the e4m3 tensor cores sum Q K^T with ~14 bits: a score may be
-                     * off by a few 2^-13 of scale * sum |q_d k_d| per 128 head-dim
-                     * columns, and lse by at most the largest such error (the bound
-                     * tests/test_fp8.c uses) */
-                    const double lse_bound = ldexp(n_abs * std::max(1.0, D / 128.0), -12) + 1e-4;
-                    err_lse = std::max(err_lse, fabs(lse_k - lse_ref));
-                    lse_ratio = std::max(lse_ratio, fabs(lse_k - lse_ref) / lse_bound);
-                }
+                err = std::max(err, fabs(kv - r));
+                err_nolse = std::max(err_nolse, fabs(kv2 - r));
+                err_naive = std::max(err_naive, fabs(nf - r));
+                maxref = std::max(maxref, fabs(r));
+            }
+            double lse_ref = m + log(l);
+            if (isnan(lse_k)) {
+                unwritten++;
+            } else {
+                /* the e4m3 tensor cores sum Q K^T with ~14 bits: a score may be
+                 * off by a few 2^-13 of scale * sum |q_d k_d| per 128 head-dim
+                 * columns, and lse by at most the largest such error (the bound
+                 * tests/test_fp8.c uses) */
+                const double lse_bound = ldexp(n_abs * std::max(1.0, D / 128.0), -12) + 1e-4;
+                err_lse = std::max(err_lse, fabs(lse_k - lse_ref));
+                lse_ratio = std::max(lse_ratio, fabs(lse_k - lse_ref) / lse_bound);
             }
         }
     });
