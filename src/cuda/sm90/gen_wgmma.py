@@ -9,7 +9,7 @@ RS_K_N = (8,)             # row sums of P: B a block of ones, K-major (LAG_MAX)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 SS_TT_N = (64, 96, 128)   # backward dQ = dS K: both operands MN-major in smem
 SS_KT_N = (96, 128)       # backward dK = dS^T Q with dS^T in smem: B MN-major
-FP8_SS_N = (64, 128, 160, 192)  # e4m3: S = Q K^T (N = kv block) and, P from smem, O += P V^T; k32 steps
+FP8_SS_N = (64, 128)     # e4m3: S = Q K^T (N = kv block) and, P from smem, O += P V^T; k32 steps
 FP8_RS_N = (64, 128, 192, 256)  # e4m3: O += P V^T (V transposed: K-major), N = head dim
 
 

@@ -46,7 +46,7 @@ using Sm90CfgWide = Sm90FwdConfig<D, 64, 2, BF16, 2, false, false, SPLIT, TOP_SK
  * joined tile boundaries: like bf16 at head dim 64, it is bound by the
  * exponentials, not the tensor cores (docs/perf/sm90.md, item 38). */
 template <bool SPLIT> using Sm90CfgF8M192 = Sm90FwdConfig<128, 128, 2, true, 3, true, false, SPLIT>;
-using Sm90CfgF8N128 = Sm90FwdConfig<128, SM90_F8_D128_TWO_BN ? SM90_F8_D128_TWO_BN : 128, 2, true, 2, true>;
+using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
 /* e4m3's packed row groups (Sm90PackedRows, sm90_packed_rows): the
  * three-consumer kernel with a third K/V stage. A tile across two heads
  * has each kv block twice in the ring, and a consumer reads every other
@@ -60,7 +60,7 @@ using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
  * of three 64-byte slabs, two Q buffers. Head dim 256: one Q buffer, so
  * that O's staging buffer fits beside two 32 KB K and V^T stages (225 KB):
  * +7..+21% over 64-key blocks (docs/perf/sm90.md, item 170). */
-using Sm90CfgF8D192 = Sm90FwdConfig<192, SM90_F8_D192_BN, 2, true, 2, true>; /* item 172's knob */
+using Sm90CfgF8D192 = Sm90FwdConfig<192, 128, 2, true, 2, true>;
 using Sm90CfgF8D256 = Sm90FwdConfig<256, 128, 2, true, 2, true>;
 
 static sm90_variant sm90_pick(const fa_problem *p) {
@@ -69,7 +69,6 @@ static sm90_variant sm90_pick(const fa_problem *p) {
         if (p->D > 128) return SM90_F8_D192;
         if (p->cu_seqlens_q) return SM90_F8_N128; /* up to 128, the e4m3 kernel with a varlen instance */
         if (p->D <= 64) return SM90_F8_D64;
-        if (SM90_F8_D128_TWO_BN) return SM90_F8_N128; /* item 173's experiment */
         return p->has_mask && p->Sq <= 1024 ? SM90_F8_N128 : SM90_F8_M192;
     }
     switch (sm90_kernel_head_dim(p->D)) {

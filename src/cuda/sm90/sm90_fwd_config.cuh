@@ -11,22 +11,6 @@
 #include <cuda.h>
 #include <stdint.h>
 
-/* Two experiments, built but not yet measured on a GPU, so off by default;
- * a build sets them with -D (CMAKE_CUDA_FLAGS), docs/perf/sm90.md items 172
- * and 173:
- *   SM90_F8_D192_BN       keys a kv block of the e4m3 head-dim-192 kernel
- *                         (128; 160 compiles without spills);
- *   SM90_F8_D128_TWO_BN   nonzero: every batched e4m3 head-dim-128 problem
- *                         runs the two-consumer kernel, on blocks of this
- *                         many keys (192 compiles without spills), with an
- *                         instance without the steady loop's masks. */
-#ifndef SM90_F8_D192_BN
-#define SM90_F8_D192_BN 128
-#endif
-#ifndef SM90_F8_D128_TWO_BN
-#define SM90_F8_D128_TWO_BN 0
-#endif
-
 /* Whether the consumers zero their P V accumulators before the first tile
  * (sm90_consumer): needed by the ptxas of CUDA 12.8 and older, which else
  * serialise the kernels' wgmmas. Defined on the command line to force it. */
@@ -447,10 +431,9 @@ struct Sm90FwdConfig {
      * instances, and so does e4m3's head-dim-192 kernel: +0..+8% at
      * non-causal 16k, level elsewhere. At e4m3 head dim 256 it measured
      * 1-5% slower at non-causal 16k, and e4m3's two-consumer head-dim-128
-     * kernel runs only varlen problems (item 171) but under item 173's
-     * knob. */
+     * kernel runs only varlen problems (item 171). */
     static constexpr bool STEADY_UNMASKED_OWN_KERNEL =
-        P_SMEM || (CONSUMERS == 2 && (!FP8 || D == 192 || (D == 128 && SM90_F8_D128_TWO_BN)) && !SPLIT_TAIL_);
+        P_SMEM || (CONSUMERS == 2 && (!FP8 || D == 192) && !SPLIT_TAIL_);
     static constexpr bool STEADY_MASKS = true;
     /* A tile's first block split at its middle key where a warp's rows allow
      * it (the causal diagonal on block edges): where no row of the warp sees
