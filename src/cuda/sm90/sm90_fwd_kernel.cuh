@@ -239,10 +239,11 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
         };
 
         for (;;) {
-            /* The split tail's merge leaves ptxas unsure that tile_iter is
-             * the same in every lane, so Q's descriptors would be made in
-             * vector registers in every block (17 more instructions a block
-             * in e4m3's split kernel); a broadcast says it is. */
+            /* Split-tail instances: without this, ptxas keeps tile_iter in
+             * a vector register (past the merge's branches) and rebuilds Q's
+             * descriptors from it in every block, 17 instructions a block in
+             * e4m3's kernel; a broadcast from lane 0 marks it warp-uniform,
+             * so they stay uniform (docs/perf/sm90.md, item 175). */
             if constexpr (Cfg::SPLIT_TAIL) tile_iter = __shfl_sync(0xffffffffu, tile_iter, 0);
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
             const Sm90QKDesc<Cfg> q_desc = q_buffer(qb, split_now());
