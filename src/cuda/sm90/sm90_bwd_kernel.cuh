@@ -605,7 +605,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_bwd_kernel(const __grid_
     }
     __syncthreads();
     grid_dependency_wait(); /* launched early (bwd_run): the row statistics must be done */
-    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0); /* warp-uniform for the compiler */
+    const int wg = warp_uniform((int)threadIdx.x / 128);
     if (wg == 0) {
         regs_dealloc<Cfg::PRODUCER_REGS>();
         if (threadIdx.x == 0) sm90_bwd_producer<Cfg>(p, smem, bars);

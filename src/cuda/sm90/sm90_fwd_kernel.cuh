@@ -242,9 +242,9 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             /* Split-tail instances: without this, ptxas keeps tile_iter in
              * a vector register (past the merge's branches) and rebuilds Q's
              * descriptors from it in every block, 17 instructions a block in
-             * e4m3's kernel; a broadcast from lane 0 marks it warp-uniform,
-             * so they stay uniform (docs/perf/sm90.md, item 175). */
-            if constexpr (Cfg::SPLIT_TAIL) tile_iter = __shfl_sync(0xffffffffu, tile_iter, 0);
+             * e4m3's kernel (docs/perf/sm90.md, item 175). Only there: the
+             * other instances' SASS is the one measured. */
+            if constexpr (Cfg::SPLIT_TAIL) tile_iter = warp_uniform(tile_iter);
             const uint32_t qb = tile_iter % Cfg::Q_BUFS;
             const Sm90QKDesc<Cfg> q_desc = q_buffer(qb, split_now());
             /* A split tile: this consumer takes its blocks c, c + 3, ...
@@ -596,7 +596,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
     /* broadcast from lane 0: the compiler then knows the warpgroup index (and
      * the shared-memory addresses made from it) to be warp-uniform, and keeps
      * the consumers' Q descriptors in uniform registers */
-    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    const int wg = warp_uniform((int)threadIdx.x / 128);
     if (wg == 0) {
         regs_dealloc<Cfg::PRODUCER_REGS>();
         /* lane 0 of warps 0 and 1: the Q/K and the V loader */

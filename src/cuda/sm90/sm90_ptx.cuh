@@ -18,6 +18,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+/* Lane 0's value in every lane: the same value, but one ptxas then knows to
+ * be warp-uniform, so what is derived from it (descriptors, ring offsets)
+ * can live on the uniform datapath. */
+template <class T>
+__device__ __forceinline__ T warp_uniform(T v) {
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
 /* ---- mbarrier ------------------------------------------------------------ */
 
 __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
