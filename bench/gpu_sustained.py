@@ -22,7 +22,11 @@ before, as in the grid).
 
 --ab B.so adds a second build of the library as a third contender ("ours_b"),
 and --rounds N times every cell N times, the contenders' order reversed every
-other round: a settled A/B of two builds beside cuDNN. Where the grid's short
+other round: a settled A/B of two builds beside cuDNN.
+
+torch's cuDNN forward here runs outside autograd, so it computes no lse;
+ours writes its lse unless --no-lse (--ab-no-lse for ours_b: the same
+library as --lib and --ab, with --ab-no-lse, times what the lse costs). Where the grid's short
 timings move by several percent from run to run, the settled figures of one
 build agree within 1-4% across cards (docs/perf/sm90.md, item 151).
 
@@ -131,6 +135,9 @@ def main():
     ap.add_argument("--gap-s", type=float, default=0.3, help="idle seconds before each contender's window")
     ap.add_argument("--ab", metavar="B.so", help="a second build, timed as a third contender (ours_b)")
     ap.add_argument("--rounds", type=int, default=1, help="times each cell is timed, the order reversed every other")
+    ap.add_argument("--no-lse", action="store_true",
+                    help="ours writes no lse, as torch's cuDNN forward writes none outside autograd")
+    ap.add_argument("--ab-no-lse", action="store_true", help="ours_b writes no lse (--ab)")
     ap.add_argument("--reasons", action="store_true",
                     help="also the instantaneous power and the share of samples each clock event reason was active")
     args = ap.parse_args()
@@ -155,9 +162,9 @@ def main():
             D, causal, B, S = (int(x) for x in cell.split(":"))
             H = 2048 // D
             problem = g.fwd_problem(B, S, H, D)  # every contender runs the same inputs
-            fns = [("ours", g.ours_fwd(lib, problem, bool(causal)))]
+            fns = [("ours", g.ours_fwd(lib, problem, bool(causal), lse=not args.no_lse))]
             if lib_b:
-                fns.append(("ours_b", g.ours_fwd(lib_b, problem, bool(causal))))
+                fns.append(("ours_b", g.ours_fwd(lib_b, problem, bool(causal), lse=not args.ab_no_lse)))
             fns.append(("cudnn", g.cudnn_fwd(problem, bool(causal))))
             flops = g.flops_fwd(B, H, S, D, bool(causal))
             for name, fn in fns if r % 2 == 0 else fns[::-1]:

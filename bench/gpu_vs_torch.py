@@ -117,10 +117,10 @@ class FlashAttn:
 
     def fwd(self, q, k, v, causal, out, lse):
         """A callable running the forward; the argument structs are built
-        once, as a C caller would keep them."""
+        once, as a C caller would keep them. lse None: none is written."""
         o = FaOptions()
         o.causal = 1 if causal else 0
-        a = [fa_view(t) for t in (q, k, v, out, lse)]
+        a = [fa_view(t) for t in (q, k, v, out)] + [fa_view(lse) if lse is not None else None]
         f, ctx = self.lib.fa_fwd, self.ctx
         return lambda: self.check(f(ctx, a[0], a[1], a[2], o, a[3], a[4]))
 
@@ -183,10 +183,11 @@ def fwd_problem(B, S, H, D):
     return q, k, v, torch.empty_like(q), torch.empty(B, H, S, device=dev, dtype=torch.float32)
 
 
-def ours_fwd(lib, problem, causal):
-    """Our forward of a fwd_problem, as a callable on torch's current stream."""
+def ours_fwd(lib, problem, causal, lse=True):
+    """Our forward of a fwd_problem, as a callable on torch's current stream
+    (lse False: without the lse, as torch's forward outside autograd)."""
     lib.use_current_stream()
-    fwd = lib.fwd(*problem[:3], causal, *problem[3:])
+    fwd = lib.fwd(*problem[:3], causal, problem[3], problem[4] if lse else None)
 
     def ours(tensors=problem):  # holds the memory fwd's views point into
         fwd()

@@ -127,16 +127,21 @@ __host__ __device__ __forceinline__ int64_t sm90_fp8_vt_col0(int64_t k_row0, int
     return 32 * ((k_row0 + 31) / 32 + b);
 }
 
+/* A consumer's mailbox for the store warp (STORE_THREAD, Sm90Mailbox): the
+ * store's coordinates, the logit scale, and its 64 rows' max and sum, from
+ * which the store warp writes their lse. */
+constexpr int SM90_MAILBOX_BYTES = 16 + 16 + 64 * 8;
+
 /* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
  * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
- * store thread's mailboxes (STORE_THREAD: 16 bytes a consumer), the block
+ * store warp's mailboxes (STORE_THREAD: one a consumer), the block
  * of ones the row sums are taken with (LAG_MAX), q_bars
  * q_full/q_empty pairs per Q buffer (Q_HALVES: one a consumer), four
  * barriers per ring stage and an o_full/o_empty pair per mailbox, and 1 KB
  * to align the base to the swizzle atom. */
 constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
                                   int mailboxes = 0, int ones_bytes = 0, int q_bars = 1) {
-    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + 16 * mailboxes + ones_bytes +
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + SM90_MAILBOX_BYTES * mailboxes + ones_bytes +
            (2 * q_bufs * q_bars + 4 * stages + 2 * mailboxes) * 8 + 1024;
 }
 
@@ -358,7 +363,10 @@ struct Sm90FwdConfig {
      * tail piece merges and may stage nothing): +0.5..+1.5% up to 2k
      * queries (head dim 64 causal, head dim 128, e4m3 causal 1k); the
      * three-consumer kernels measured 0.7% slower with it
-     * (docs/perf/sm90.md, item 93). */
+     * (docs/perf/sm90.md, item 93). The whole of that warp also writes the
+     * rows' lse from the max and sum each consumer leaves in its mailbox,
+     * which takes the lse's logarithm, address and store off the consumer's
+     * path from one tile to the next (item 176). */
     static constexpr bool STORE_THREAD = CONSUMERS == 2 && !SPLIT_TAIL && !O_IN_RING;
     /* The S-first tile join, in an instance of its own (Sm90Joined<Cfg>;
      * HAS_JOINED: this config has one; S_JOIN: this instance joins). The
@@ -498,8 +506,8 @@ struct Sm90FwdConfig {
     static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (with O_IN_RING: consumer 0's, O0_OWN_BUF) */
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
     static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
-    static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: an int4 per consumer */
-    static constexpr int OFF_ONES = OFF_MAIL + 16 * MAILBOXES; /* LAG_MAX: the block of ones */
+    static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: a mailbox per consumer */
+    static constexpr int OFF_ONES = OFF_MAIL + SM90_MAILBOX_BYTES * MAILBOXES; /* LAG_MAX: the block of ones */
     /* EXP_TURN: a word per consumer thread (its first block's row sums) and
      * a zero word, which pin a tile's first exponentials inside their turn
      * (sm90_exp_turn) */

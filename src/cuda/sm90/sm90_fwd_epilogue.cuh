@@ -45,21 +45,28 @@ __device__ __forceinline__ void sm90_store_staged_rows(const Sm90FwdParams &p, c
     }
 }
 
+/* The lse of a row of max m and sum l (l = 0: no visible key). */
+__device__ __forceinline__ float sm90_lse_of(float m, float l, float s_log2) {
+    return l > 0.f ? (m * s_log2 + fast_log2(l)) * 0.69314718055994531f : -INFINITY;
+}
+
 /* lse of row r (within the sequence) of a tile's head. */
 __device__ __forceinline__ float *sm90_lse_at(const Sm90FwdParams &p, const Sm90Tile &t, int r) {
     return p.lse + (int64_t)t.batch * p.lse_sb + (int64_t)t.head * p.lse_sh + (int64_t)(t.seq.q_row0 + r) * p.lse_ss;
 }
 
 /* The part of a tile's epilogue that needs no O, so that it can run while
- * the tile's last P V is on the tensor cores: the row sums over the quad,
- * the factors that normalise this thread's two rows of O (inv), and their
- * lse. */
+ * the tile's last P V is on the tensor cores: the row sums over the quad
+ * (row_l), the factors that normalise this thread's two rows of O (inv),
+ * and their lse, which with STORE_THREAD the store warp writes instead
+ * (sm90_stage_lse). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const Sm90Tile &tile, const float *row_max,
-                                                 const float *row_sum, float s_log2, int wg, int tid, float *inv) {
+                                                 const float *row_sum, float s_log2, int wg, int tid, float *inv,
+                                                 float *row_l) {
     const int lane = tid % 32;
     const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
-    float *lse_row0 = p.lse ? sm90_lse_at(p, tile, row0) : nullptr; /* the second row's is 8 rows on */
+    float *lse_row0 = p.lse && !Cfg::STORE_THREAD ? sm90_lse_at(p, tile, row0) : nullptr; /* the second row's is 8 rows on */
     for (int h = 0; h < 2; ++h) {
         float l = row_sum[h];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -71,11 +78,33 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
         if constexpr (!Cfg::LAG_MAX) inv[h] = l > 0.f ? fast_rcp(l) : 0.f;
         if constexpr (Cfg::FP8) /* e4m3: V's descale, applied once to the normalised row */
             if (p.v_descale) inv[h] *= p.v_descale[tile.batch * p.hk + tile.head / p.q_per_kv];
-        if (p.lse && lane % 4 == 0 && sm90_row_stored<Cfg>(tile, row0 + 8 * h)) {
-            float lse = l > 0.f ? (row_max[h] * s_log2 + fast_log2(l)) * 0.69314718055994531f : -INFINITY;
-            lse_row0[8 * h * p.lse_ss] = lse;
-        }
+        row_l[h] = l;
+        if (!Cfg::STORE_THREAD && p.lse && lane % 4 == 0 && sm90_row_stored<Cfg>(tile, row0 + 8 * h))
+            lse_row0[8 * h * p.lse_ss] = sm90_lse_of(row_max[h], l, s_log2);
     }
+}
+
+/* STORE_THREAD: a consumer's mailbox. The consumer fills it for each tile
+ * (its staging buffer claimed, so the store warp has read the last tile's)
+ * and arrives on o_full; the store warp reads it and arrives on o_empty. */
+struct Sm90Mailbox {
+    int4 mail;           /* the store's row, head and batch; what | lse rows << 8 (sm90_post) */
+    float s_log2, pad[3]; /* the rows' logit scale */
+    float2 stats[64];     /* (max, sum) of each of the warpgroup's 64 rows */
+};
+static_assert(sizeof(Sm90Mailbox) == SM90_MAILBOX_BYTES, "the shared-memory plan's mailbox size");
+
+/* STORE_THREAD: this thread's rows' max and sum (row_l, from
+ * sm90_finish_rows) into the mailbox, for the store warp's lse. */
+__device__ __forceinline__ void sm90_stage_lse(const Sm90FwdParams &p, Sm90Mailbox *box, const float *row_max,
+                                               const float *row_l, float s_log2, int tid) {
+    if (!p.lse) return;
+    if (tid % 4 == 0) { /* the quad's rows g and g + 8 */
+        const int r = sm90_row_in_wg(tid);
+        box->stats[r] = make_float2(row_max[0], row_l[0]);
+        box->stats[r + 8] = make_float2(row_max[1], row_l[1]);
+    }
+    if (tid == 0) box->s_log2 = s_log2;
 }
 
 /* LAG_MAX: the factors that normalise O, from the packed P's row sums (L,
@@ -105,41 +134,57 @@ __device__ __forceinline__ void sm90_claim_o_buf(uint64_t *o_empty, uint32_t k, 
  * rows: the store's row coordinate, head and batch, and what to do. */
 enum { SM90_MAIL_STORE = 0, SM90_MAIL_NONE = 1, SM90_MAIL_END = 2 };
 
-__device__ __forceinline__ void sm90_post(int4 *mailbox, uint64_t *o_full, int row, int head, int batch, int what,
-                                          int tid) {
-    if (tid == 0) *mailbox = make_int4(row, head, batch, what);
+/* lse_rows: how many of the rows from `row` on get an lse from the
+ * mailbox's stats (0: none). */
+__device__ __forceinline__ void sm90_post(Sm90Mailbox *box, uint64_t *o_full, int row, int head, int batch, int what,
+                                          int tid, int lse_rows = 0) {
+    if (tid == 0) box->mail = make_int4(row, head, batch, what | lse_rows << 8);
     mbar_arrive(o_full); /* each thread: its staging writes (and thread 0's post) come first */
 }
 
-/* Lane 0 of warp 2 of the producer warpgroup (STORE_THREAD): the consumers'
- * O stores, in the order they come (every consumer ends every tile, so in
- * turn: 0, 1, .., 0, 1, ..). */
+/* Warp 2 of the producer warpgroup (STORE_THREAD): the consumers' O stores
+ * (issued by lane 0) and lse (every lane), in the order they come (every
+ * consumer ends every tile, so in turn: 0, 1, .., 0, 1, ..). */
 template <class Cfg>
 __device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_t *smem, uint64_t *o_full,
                                                   uint64_t *o_empty) {
-    const int4 *mail = reinterpret_cast<const int4 *>(smem + Cfg::OFF_MAIL);
-    tma_prefetch_map(&p.tm_o);
+    const Sm90Mailbox *box = reinterpret_cast<const Sm90Mailbox *>(smem + Cfg::OFF_MAIL);
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) tma_prefetch_map(&p.tm_o);
     for (uint32_t k = 0;; ++k) {
         bool end = false;
         for (int c = 0; c < Cfg::CONSUMERS; ++c) {
             mbar_wait(&o_full[c], k & 1);
-            const int4 m = mail[c];
-            if (m.w == SM90_MAIL_END) {
+            const int4 m = box[c].mail;
+            const int what = m.w & 0xff, lse_rows = m.w >> 8;
+            if (what == SM90_MAIL_END) {
                 end = true;
                 continue;
             }
-            if (m.w == SM90_MAIL_STORE) {
+            const bool store = what == SM90_MAIL_STORE;
+            if (store && lane == 0) {
                 uint8_t *o_stage = smem + Cfg::OFF_O + c * 64 * 128;
                 for (int s = 0; s < Cfg::O_SLABS; ++s)
                     sm90_store_o_box<Cfg>(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, m.x, m.y, m.z);
                 tma_store_commit();
-                tma_store_wait_read(); /* the rows are free once the store has read them */
             }
-            mbar_arrive(&o_empty[c]);
+            /* the lse of rows m.x, m.x + 1, ... of head m.y, batch m.z (varlen: 0, and lse_sb is 0) */
+            if (lse_rows > 0) {
+                float *lse = p.lse + (int64_t)m.z * p.lse_sb + (int64_t)m.y * p.lse_sh + (int64_t)(m.x + lane) * p.lse_ss;
+#pragma unroll
+                for (int j = 0; j < 2; ++j) /* rows lane and lane + 32 */
+                    if (lane + 32 * j < lse_rows) {
+                        const float2 st = box[c].stats[lane + 32 * j];
+                        lse[32 * j * p.lse_ss] = sm90_lse_of(st.x, st.y, box[c].s_log2);
+                    }
+            }
+            if (store && lane == 0) tma_store_wait_read(); /* the rows are free once the store has read them */
+            __syncwarp(); /* every lane has read the mailbox */
+            if (lane == 0) mbar_arrive(&o_empty[c]);
         }
         if (end) break;
     }
-    tma_store_wait_all(); /* shared memory must outlive the last store */
+    if (lane == 0) tma_store_wait_all(); /* shared memory must outlive the last store */
 }
 
 /* Normalise this warpgroup's 64 rows of O (by inv, from sm90_finish_rows),
@@ -150,7 +195,7 @@ __device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_
 template <class Cfg>
 __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90Tile &tile, const float *O,
                                               const float *inv, uint8_t *o_stage, uint64_t *stage_empty,
-                                              int4 *mailbox, uint64_t *o_full, int wg, int tid) {
+                                              Sm90Mailbox *mailbox, uint64_t *o_full, int wg, int tid) {
     const int lane = tid % 32;
     /* the other consumer has finished its last S (K stage) or P V (V stage) */
     const bool in_ring = sm90_o_in_ring<Cfg>(wg);
@@ -175,9 +220,12 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
     fence_proxy_async_smem(); /* generic writes -> visible to the TMA engine */
     const int wg_row0 = tile.m_block * Cfg::BM + wg * 64, wg_rows = min(64, tile.seq.seq_q - wg_row0);
     const bool by_rows = Cfg::VARLEN && p.cu_seqlens_q && wg_rows < 64;
+    /* STORE_THREAD: the rows that get an lse from the mailbox */
+    const int lse_rows = p.lse ? max(wg_rows, 0) : 0;
     if constexpr (Cfg::STORE_THREAD) {
         if (!by_rows) {
-            sm90_post(mailbox, o_full, tile.seq.q_row0 + wg_row0, tile.head, tile.seq.map_b, SM90_MAIL_STORE, tid);
+            sm90_post(mailbox, o_full, tile.seq.q_row0 + wg_row0, tile.head, tile.seq.map_b, SM90_MAIL_STORE, tid,
+                      lse_rows);
             return;
         }
     }
@@ -191,8 +239,9 @@ __device__ __forceinline__ void sm90_epilogue(const Sm90FwdParams &p, const Sm90
                 named_bar_sync(BAR_EPI0 + wg, 128); /* every thread has read its rows of the stage */
                 if (tid == 0) mbar_arrive(stage_empty);
             }
-        if constexpr (Cfg::STORE_THREAD) /* nothing to store; each thread's reads come before its arrive */
-            sm90_post(mailbox, o_full, 0, 0, 0, SM90_MAIL_NONE, tid);
+        if constexpr (Cfg::STORE_THREAD) /* no O to store; each thread's reads come before its arrive */
+            sm90_post(mailbox, o_full, tile.seq.q_row0 + wg_row0, tile.head, tile.seq.map_b, SM90_MAIL_NONE, tid,
+                      lse_rows);
     } else if (tid == 0) {
         bool phantom = false; /* ROW_SHIFT: this consumer's 64 rows are phantom rows, stored nowhere */
         if constexpr (Cfg::ROW_SHIFT) phantom = tile.seq.q_row0 + wg_row0 < 0;

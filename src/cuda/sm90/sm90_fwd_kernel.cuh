@@ -81,6 +81,8 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
                                    !Cfg::SHORT_SPLIT && !Cfg::PACKED_ROWS),
                   "the S-first join: two Q buffers, the rows' sums taken before the next tile's first softmax, "
                   "whose plain path it runs");
+    static_assert(!Cfg::STORE_THREAD || (!Cfg::PACKED_ROWS && !Cfg::ROW_SHIFT && !Cfg::SPLIT_TAIL),
+                  "the store warp's lse: a consumer's 64 rows are one head's, from its tile's first row on");
     static_assert(!Cfg::Q_HALVES || (!Cfg::SHORT_SPLIT && !Cfg::PACKED_ROWS && !Cfg::ROW_SHIFT),
                   "Q in halves: each consumer reads its own 64 rows of the buffer");
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BARS;
@@ -104,7 +106,7 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
     const int my_turn = BAR_TURN0 + wg, next_turn = BAR_TURN0 + (wg + 1) % Cfg::CONSUMERS;
     const int my_exp = BAR_EXP0 + wg, next_exp = BAR_EXP0 + (wg + 1) % Cfg::CONSUMERS;
     /* STORE_THREAD: this warpgroup's mailbox and its barriers */
-    int4 *mailbox = reinterpret_cast<int4 *>(smem + Cfg::OFF_MAIL) + wg;
+    Sm90Mailbox *mailbox = reinterpret_cast<Sm90Mailbox *>(smem + Cfg::OFF_MAIL) + wg;
     uint64_t *o_full = v_empty + Cfg::STAGES + wg, *o_empty = v_empty + Cfg::STAGES + Cfg::MAILBOXES + wg;
     uint32_t tiles_done = 0; /* this warpgroup's epilogues so far */
     /* EXP_TURN: what pins a tile's first exponentials inside their turn */
@@ -479,11 +481,14 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
             const bool whole_tile = !Cfg::SPLIT_TAIL || t < p.tail_first;
             float inv[2];
             auto finish_rows = [&]() {
-                sm90_finish_rows<Cfg>(p, tile, row_max, row_sum, rows.s_log2, wg, tid, inv);
+                float row_l[2];
+                sm90_finish_rows<Cfg>(p, tile, row_max, row_sum, rows.s_log2, wg, tid, inv, row_l);
                 if constexpr (!Cfg::O_IN_RING)
                     sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
                 else if (Cfg::O0_OWN_BUF && wg == 0) /* consumer 0's own buffer, as the others' */
                     sm90_claim_o_buf<Cfg>(o_empty, tile_iter, wg, tid);
+                /* the mailbox is free with the staging buffer */
+                if constexpr (Cfg::STORE_THREAD) sm90_stage_lse(p, mailbox, row_max, row_l, rows.s_log2, tid);
             };
             /* (a split tile's rows: after the merge) */
             const bool early_finish = Cfg::EARLY_FINISH && !split_now();
@@ -603,7 +608,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         if (threadIdx.x == 0) sm90_producer<Cfg, LOAD_Q_K>(p, smem, bars);
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
         if (Cfg::Q_OWN_THREAD && threadIdx.x == 96) sm90_producer<Cfg, LOAD_Q>(p, smem, bars);
-        if (Cfg::STORE_THREAD && threadIdx.x == 64) {
+        if (Cfg::STORE_THREAD && threadIdx.x / 32 == 2) { /* the store warp */
             uint64_t *o_full = bars + 2 * Cfg::Q_BARS + 4 * Cfg::STAGES;
             sm90_store_thread<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);
         }
