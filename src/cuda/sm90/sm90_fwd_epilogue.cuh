@@ -86,7 +86,8 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
 
 /* STORE_THREAD: a consumer's mailbox. The consumer fills it for each tile
  * (its staging buffer claimed, so the store warp has read the last tile's)
- * and arrives on o_full; the store warp reads it and arrives on o_empty. */
+ * and arrives on o_full; each lane of the store warp reads it and arrives
+ * on o_empty (lane 0 once the store has read the staged rows). */
 struct Sm90Mailbox {
     int4 mail;           /* the store's row, head and batch; what | lse rows << 8 (sm90_post) */
     float s_log2, pad[3]; /* the rows' logit scale */
@@ -179,8 +180,7 @@ __device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_
                     }
             }
             if (store && lane == 0) tma_store_wait_read(); /* the rows are free once the store has read them */
-            __syncwarp(); /* every lane has read the mailbox */
-            if (lane == 0) mbar_arrive(&o_empty[c]);
+            mbar_arrive(&o_empty[c]); /* every lane, once it has read the mailbox */
         }
         if (end) break;
     }

@@ -586,7 +586,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         }
         for (int c = 0; c < Cfg::MAILBOXES; ++c) {
             mbar_init(&ring[4 * Cfg::STAGES + c], 128);                 /* o_full: every thread of consumer c */
-            mbar_init(&ring[4 * Cfg::STAGES + Cfg::MAILBOXES + c], 1); /* o_empty: the store thread */
+            mbar_init(&ring[4 * Cfg::STAGES + Cfg::MAILBOXES + c], 32); /* o_empty: every lane of the store warp */
         }
         mbar_fence_init();
     }
