@@ -22,13 +22,13 @@ before, as in the grid).
 
 --ab B.so adds a second build of the library as a third contender ("ours_b"),
 and --rounds N times every cell N times, the contenders' order reversed every
-other round: a settled A/B of two builds beside cuDNN.
+other round: a settled A/B of two builds beside cuDNN. Where the grid's short
+timings move by several percent from run to run, the settled figures of one
+build agree within 1-4% across cards (docs/perf/sm90.md, item 151).
 
 torch's cuDNN forward here runs outside autograd, so it computes no lse;
 ours writes its lse unless --no-lse (--ab-no-lse for ours_b: the same
-library as --lib and --ab, with --ab-no-lse, times what the lse costs). Where the grid's short
-timings move by several percent from run to run, the settled figures of one
-build agree within 1-4% across cards (docs/perf/sm90.md, item 151).
+library as --lib and --ab, with --ab-no-lse, times what the lse costs).
 
 --grid times the whole standard grid of bench/gpu_vs_torch.py (36 cells,
 about 2.5 minutes) instead of --cells. A cell's settled ratio, ours over

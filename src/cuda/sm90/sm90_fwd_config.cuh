@@ -141,8 +141,8 @@ constexpr int SM90_MAILBOX_BYTES = 16 + 16 + 64 * 8;
  * to align the base to the swizzle atom. */
 constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
                                   int mailboxes = 0, int ones_bytes = 0, int q_bars = 1) {
-    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + SM90_MAILBOX_BYTES * mailboxes + ones_bytes +
-           (2 * q_bufs * q_bars + 4 * stages + 2 * mailboxes) * 8 + 1024;
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + SM90_MAILBOX_BYTES * mailboxes +
+           ones_bytes + (2 * q_bufs * q_bars + 4 * stages + 2 * mailboxes) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */

@@ -66,7 +66,8 @@ __device__ __forceinline__ void sm90_finish_rows(const Sm90FwdParams &p, const S
                                                  float *row_l) {
     const int lane = tid % 32;
     const int row0 = sm90_first_row<Cfg>(tile, wg, tid);
-    float *lse_row0 = p.lse && !Cfg::STORE_THREAD ? sm90_lse_at(p, tile, row0) : nullptr; /* the second row's is 8 rows on */
+    /* (the second row's lse is 8 rows on; with STORE_THREAD the store warp's) */
+    float *lse_row0 = p.lse && !Cfg::STORE_THREAD ? sm90_lse_at(p, tile, row0) : nullptr;
     for (int h = 0; h < 2; ++h) {
         float l = row_sum[h];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -171,7 +172,8 @@ __device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_
             }
             /* the lse of rows m.x, m.x + 1, ... of head m.y, batch m.z (varlen: 0, and lse_sb is 0) */
             if (lse_rows > 0) {
-                float *lse = p.lse + (int64_t)m.z * p.lse_sb + (int64_t)m.y * p.lse_sh + (int64_t)(m.x + lane) * p.lse_ss;
+                float *lse =
+                    p.lse + (int64_t)m.z * p.lse_sb + (int64_t)m.y * p.lse_sh + (int64_t)(m.x + lane) * p.lse_ss;
 #pragma unroll
                 for (int j = 0; j < 2; ++j) /* rows lane and lane + 32 */
                     if (lane + 32 * j < lse_rows) {
