@@ -50,9 +50,14 @@ __device__ __forceinline__ float sm90_lse_of(float m, float l, float s_log2) {
     return l > 0.f ? (m * s_log2 + fast_log2(l)) * 0.69314718055994531f : -INFINITY;
 }
 
+/* lse of packed row `row` (varlen: lse_sb is 0) of a batch's head. */
+__device__ __forceinline__ float *sm90_lse_row(const Sm90FwdParams &p, int batch, int head, int row) {
+    return p.lse + (int64_t)batch * p.lse_sb + (int64_t)head * p.lse_sh + (int64_t)row * p.lse_ss;
+}
+
 /* lse of row r (within the sequence) of a tile's head. */
 __device__ __forceinline__ float *sm90_lse_at(const Sm90FwdParams &p, const Sm90Tile &t, int r) {
-    return p.lse + (int64_t)t.batch * p.lse_sb + (int64_t)t.head * p.lse_sh + (int64_t)(t.seq.q_row0 + r) * p.lse_ss;
+    return sm90_lse_row(p, t.batch, t.head, t.seq.q_row0 + r);
 }
 
 /* The part of a tile's epilogue that needs no O, so that it can run while
@@ -170,10 +175,9 @@ __device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_
                     sm90_store_o_box<Cfg>(&p.tm_o, o_stage + s * Cfg::O_SLAB_STRIDE, s * 64, m.x, m.y, m.z);
                 tma_store_commit();
             }
-            /* the lse of rows m.x, m.x + 1, ... of head m.y, batch m.z (varlen: 0, and lse_sb is 0) */
+            /* the lse of rows m.x, m.x + 1, ... of head m.y, batch m.z (varlen: 0) */
             if (lse_rows > 0) {
-                float *lse =
-                    p.lse + (int64_t)m.z * p.lse_sb + (int64_t)m.y * p.lse_sh + (int64_t)(m.x + lane) * p.lse_ss;
+                float *lse = sm90_lse_row(p, m.z, m.y, m.x + lane);
 #pragma unroll
                 for (int j = 0; j < 2; ++j) /* rows lane and lane + 32 */
                     if (lane + 32 * j < lse_rows) {
