@@ -17,14 +17,19 @@
 enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2 };
 
 /* e4m3 with V^T made inside the kernel (p.vt_done set, sm90_fwd_vt.cuh):
- * waits until the transposing warps have written all of kv pair `pair`'s
- * V^T (ready: the pair last seen whole), then orders their stores, which
- * this thread acquired, before its own TMA loads of it. */
-__device__ __forceinline__ void sm90_vt_wait(const Sm90FwdParams &p, int pair, int &ready) {
-    if (pair == ready) return;
+ * the two kv pairs the V loader last saw whole (a paired causal order
+ * alternates between two heads), and the wait for a pair: until the
+ * transposing warps have written all of its V^T, then their stores, which
+ * this thread acquired, are ordered before its own TMA loads of it. */
+struct Sm90VtReady {
+    int last = -1, before = -1;
+};
+__device__ __forceinline__ void sm90_vt_wait(const Sm90FwdParams &p, int pair, Sm90VtReady &ready) {
+    if (pair == ready.last || pair == ready.before) return;
     while (ld_acquire_gpu(p.vt_done + pair) < p.vt_chunks) __nanosleep(128);
     fence_proxy_async_global();
-    ready = pair;
+    ready.before = ready.last;
+    ready.last = pair;
 }
 
 /* The q_full / q_empty barrier of consumer wg's rows of Q buffer qb (the
@@ -90,7 +95,7 @@ __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int t,
                                                     const Sm90Tile &first, uint32_t &it, uint32_t &tile_iter,
-                                                    int &vt_ready) {
+                                                    Sm90VtReady &vt_ready) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BARS;
     const Sm90Tile last = sm90_decode_packed<Cfg>(p, t, Cfg::CONSUMERS - 1);
     const int heads = sm90_ring_step<Cfg>(last); /* 2: the last consumer's group is in the next head */
@@ -137,7 +142,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         if constexpr (Cfg::FP8) grid_dependency_wait();
     }
     uint32_t it = 0, tile_iter = 0;
-    int vt_ready = -1; /* VT_IN_KERNEL: the kv pair whose V^T was last seen whole */
+    Sm90VtReady vt_ready; /* VT_IN_KERNEL */
     for (int t = sm90_first_tile<Cfg>(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
         Sm90Tile tile = sm90_decode_any<Cfg>(p, t, 0);
         if (!sm90_tile_live<Cfg>(p, tile)) continue;
