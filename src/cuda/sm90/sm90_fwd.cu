@@ -702,13 +702,11 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     const int grid = sm90_grid(k, sm90_num_sms(x->device_index));
     /* e4m3: the kernel may start while the V transpose ahead of it finishes
      * (its CTAs take the SMs the transpose leaves, and load Q and K); its V
-     * loader waits for the transpose (grid_dependency_wait). Where it makes
-     * V^T itself, and the 16-bit kernels, it launches as usual: the
-     * counters zeroed ahead of it must be zero when it starts, and launched
-     * early the 16-bit kernels measured level at best (docs/perf/sm90.md,
-     * item 110). */
+     * loader waits for the transpose (grid_dependency_wait). The 16-bit
+     * kernels launch as usual: launched early too, they measured level at
+     * best (docs/perf/sm90.md, item 110). */
     e = sm90_launch_kernel(sm90_fwd_kernel<Cfg>, dim3((unsigned)grid), dim3(Cfg::THREADS), Cfg::SMEM_BYTES,
-                           (cudaStream_t)x->stream, Cfg::FP8 && !k.vt_done, k);
+                           (cudaStream_t)x->stream, Cfg::FP8 && (!k.vt_done || k.vt_pre_pairs > 0), k);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));
     return FA_OK;
@@ -843,6 +841,26 @@ static fa_status sm90_launch_variant(const fa_problem *p, const Sm90FwdParams &k
     return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);
 }
 
+/* e4m3 with V^T made by the attention kernel: the (batch, kv head) pairs
+ * the transpose kernel makes first, the ones the CTAs' first tiles read
+ * (up to the highest of them; all where those tiles are not simply the
+ * first indices: a dealt paired tail or a split tail within them), so
+ * that no tile's V waits for the kernel's own transposing warps at its
+ * start. The paired order's first unit of a CTA is two tiles. */
+static int sm90_vt_pre_pairs(const Sm90FwdParams &k, int ctas) {
+    const int first = k.paired ? 2 * ctas : ctas;
+    if (k.num_tiles <= first || k.tail_first < first || (k.pair_tail_count && 2 * k.pair_tail < first))
+        return k.vt_pairs;
+    int most = 0;
+    for (int t = 0; t < first; ++t) {
+        /* a packed tile's last group holds its highest head (the heads decode alike in every config) */
+        const Sm90Tile tile = k.packed_rows ? sm90_decode_packed<Sm90CfgF8M192Packed>(k, t, 2) : sm90_decode_tile<Sm90CfgF8M192<false>>(k, t);
+        const int pair = tile.batch * k.hk + tile.head / k.q_per_kv;
+        if (tile.batch < k.batch && pair > most) most = pair;
+    }
+    return most + 1 < k.vt_pairs ? most + 1 : k.vt_pairs;
+}
+
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
     const int fp8 = p->dtype == FA_F8_E4M3;
@@ -860,14 +878,18 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
         k.vt = (uint8_t *)x->workspace;
         k.vt_done = (int *)((uint8_t *)x->workspace + sm90_align256(sm90_fp8_vt_bytes(p)));
         k.vt_cols = (int)cols;
-        k.vt_chunks = (int)((cols + SM90_VT_UNIT_KEYS - 1) / SM90_VT_UNIT_KEYS);
+        k.vt_chunks = (int)(cols / SM90_VT_UNIT_KEYS); /* cols: whole 32-key chunks */
         k.vt_pairs = (int)(p->B * p->Hk);
-        k.vt_units = k.vt_pairs * k.vt_chunks;
         k.vt_chunk_div = sm90_fastdiv(k.vt_chunks);
         k.vt_hk_div = sm90_fastdiv(k.hk);
     }
     /* the persistent grid's CTAs (sm90_launch) */
-    const size_t count_bytes = sm90_plan_tiles(p, &k, sm90_num_sms(x->device_index), x->workspace, x->workspace_bytes);
+    const int ctas = sm90_num_sms(x->device_index);
+    const size_t count_bytes = sm90_plan_tiles(p, &k, ctas, x->workspace, x->workspace_bytes);
+    if (k.vt_done) { /* the transpose kernel makes the pairs the first tiles read */
+        k.vt_pre_pairs = sm90_vt_pre_pairs(k, ctas);
+        k.vt_units = (k.vt_pairs - k.vt_pre_pairs) * k.vt_chunks;
+    }
     /* the counters, V^T's and the split tail's, zeroed together (they are adjacent) */
     if (count_bytes || k.vt_done) {
         void *counters = k.vt_done ? (void *)k.vt_done : (void *)k.split_count;
@@ -875,9 +897,11 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
         cudaError_t e = cudaMemsetAsync(counters, 0, bytes, (cudaStream_t)x->stream);
         if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: counters: %s", cudaGetErrorString(e));
     }
-    if (fp8 && !k.vt_done) {
+    /* all of V^T, or the attention kernel's first pairs' */
+    const int pre_pairs = k.vt_done ? k.vt_pre_pairs : (int)(p->B * p->Hk);
+    if (fp8 && pre_pairs > 0) {
         const int cols = (int)sm90_fp8_vt_cols(p);
-        const int pairs = (int)(p->B * p->Hk); /* (batch, kv head) pairs: grid rows, looped past 65535 */
+        const int pairs = pre_pairs; /* (batch, kv head) pairs: grid rows, looped past 65535 */
         /* a pair's span: batched, all columns; varlen, at most 63 past its
          * sequence's keys (Sk: the longest; the CTAs loop past that) */
         const int64_t span = p->cu_seqlens_k ? p->Sk + 63 : cols;

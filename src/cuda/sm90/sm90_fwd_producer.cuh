@@ -25,7 +25,8 @@ struct Sm90VtReady {
     int last = -1, before = -1;
 };
 __device__ __forceinline__ void sm90_vt_wait(const Sm90FwdParams &p, int pair, Sm90VtReady &ready) {
-    if (pair == ready.last || pair == ready.before) return;
+    /* the transpose kernel's pairs: the loader waited for it at its start */
+    if (pair < p.vt_pre_pairs || pair == ready.last || pair == ready.before) return;
     while (ld_acquire_gpu(p.vt_done + pair) < p.vt_chunks) __nanosleep(128);
     fence_proxy_async_global();
     ready.before = ready.last;
@@ -135,10 +136,10 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         tma_prefetch_map(&p.tm_o);
     } else {
         tma_prefetch_map(&p.tm_v);
-        /* e4m3: V^T is written by the transpose launched just before this
-         * kernel, which lets this one start early (sm90_launch); only V's
-         * loads need it done. (Where this kernel writes V^T itself, it is
-         * launched as usual and this returns at once: sm90_vt_wait.) */
+        /* e4m3: V^T, or where this kernel makes the rest its first pairs'
+         * (sm90_vt_wait), is written by the transpose launched just before
+         * this kernel, which lets this one start early (sm90_launch); only
+         * V's loads need it done */
         if constexpr (Cfg::FP8) grid_dependency_wait();
     }
     uint32_t it = 0, tile_iter = 0;

@@ -7,15 +7,17 @@
  * writing it ahead of the attention kernel costs the call the time that
  * kernel holds every SM: ~20 us for 16 heads of 16k keys at head dim 128,
  * 1% of that call and 10% of one over 1k keys (docs/perf/sm90.md, item 118).
- * Here warp 3 of the producer warpgroup, idle otherwise, writes V^T while
- * the consumers compute: it takes units of VT_UNIT_KEYS keys of one (batch,
- * kv head) pair by a ticket (an atomic counter, so units go only to CTAs
- * that run, whatever else shares the GPU), loads the unit's V rows by TMA
- * into a scratch buffer, moves the bytes with byte permutes and writes V^T
- * rows with ordinary stores, then releases the pair's count. The V loader
- * waits for a pair's count to be whole before its first V^T load of the
- * pair (sm90_vt_wait). Units are ticketed in tile order (pair by pair), so
- * the pairs the first tiles need come first.
+ * Here the transpose kernel makes only the pairs the first tiles read
+ * (Sm90FwdParams::vt_pre_pairs), and the producer warpgroup's idle warps
+ * (warp 3, and warp 2 in the three-consumer kernels) write the rest while
+ * the consumers compute: each takes units of VT_UNIT_KEYS keys of one
+ * (batch, kv head) pair by a ticket (an atomic counter, so units go only to
+ * CTAs that run, whatever else shares the GPU), loads the unit's V rows by
+ * TMA into a scratch buffer, moves the bytes with byte permutes and writes
+ * V^T rows with ordinary stores, then releases the pair's count. The V
+ * loader waits for a pair's count to be whole before its first V^T load of
+ * the pair (sm90_vt_wait). Units are ticketed in tile order (pair by pair),
+ * so the pairs the next tiles need come first.
  */
 #ifndef FA_SM90_FWD_VT_CUH
 #define FA_SM90_FWD_VT_CUH
@@ -31,13 +33,16 @@ __device__ __forceinline__ uint32_t sm90_fp8_vt_word(uint32_t a, uint32_t b, uin
     return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
 }
 
-/* Warp 3 of the producer warpgroup: V^T units until the ticket runs out. */
-template <class Cfg> __device__ __forceinline__ void sm90_vt_transposer(const Sm90FwdParams &p, uint8_t *smem) {
-    static_assert(Cfg::VT_IN_KERNEL && Cfg::VT_UNIT_KEYS % 32 == 0, "V^T units of whole 32-key chunks");
-    static_assert(!Cfg::Q_OWN_THREAD, "warp 3 is Q's loader there");
+/* Transposing warp W (0: warp 3 of the producer warpgroup, 1: warp 2):
+ * V^T units until the ticket runs out. Its two scratch buffers take turns:
+ * the next unit's V rows load into one while the lanes write the other's,
+ * and the ticket after that is taken while they do. */
+template <class Cfg, int W> __device__ __forceinline__ void sm90_vt_transposer(const Sm90FwdParams &p, uint8_t *smem) {
+    static_assert(Cfg::VT_IN_KERNEL && W < Cfg::VT_WARPS && Cfg::VT_UNIT_KEYS == 32, "units of one 32-key chunk");
+    static_assert(!Cfg::Q_OWN_THREAD && (W == 0 || !Cfg::STORE_THREAD), "warps 2 and 3 are idle");
     constexpr int GROUPS = Cfg::D / 4; /* 4-column groups of a V row */
-    uint64_t *bar = reinterpret_cast<uint64_t *>(smem + Cfg::OFF_BAR) + Cfg::VT_BAR;
-    const uint32_t scratch = smem_addr(smem + Cfg::OFF_VT);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + Cfg::OFF_BAR) + Cfg::VT_BAR + 2 * W;
+    uint8_t *buffers = smem + Cfg::OFF_VT + 2 * W * Cfg::VT_BUF_BYTES;
     /* with 24 registers a thread, the lane and the ticket's address are
      * made again where used rather than held (opaque: not hoisted) */
     const auto lane = [] {
@@ -45,32 +50,37 @@ template <class Cfg> __device__ __forceinline__ void sm90_vt_transposer(const Sm
         asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
         return l;
     };
-    const auto ticket = [&p] { return p.vt_done + opaque_int(p.vt_pairs); };
-    if (lane() == 0) tma_prefetch_map(&p.tm_vsrc);
-    int u = __shfl_sync(~0u, lane() == 0 ? atomicAdd(ticket(), 1) : 0, 0);
-#pragma unroll 1
-    for (uint32_t n = 0; u < p.vt_units; ++n) {
+    const auto take_ticket = [&p] { return atomicAdd(p.vt_done + opaque_int(p.vt_pairs), 1); };
+    /* unit u: keys 32 (u % vt_chunks) .. of pair vt_pre_pairs + u / vt_chunks */
+    const auto load = [&](int u, uint32_t buf) {
         int pair, b;
         const int key0 = sm90_divmod(u, p.vt_chunk_div, &pair) * Cfg::VT_UNIT_KEYS;
-        const int h = sm90_divmod(pair, p.vt_hk_div, &b);
-        int next = 0;
+        const int h = sm90_divmod(pair + p.vt_pre_pairs, p.vt_hk_div, &b);
+        mbar_arrive_expect_tx(&bars[buf], Cfg::VT_BUF_BYTES); /* rows past Sk come as zeros */
+        tma_load_4d(buffers + buf * Cfg::VT_BUF_BYTES, &p.tm_vsrc, &bars[buf], 0, key0, h, b);
+    };
+    if (lane() == 0) tma_prefetch_map(&p.tm_vsrc);
+    int cur = __shfl_sync(~0u, lane() == 0 ? take_ticket() : 0, 0);
+    if (lane() == 0 && cur < p.vt_units) load(cur, 0);
+    int next = __shfl_sync(~0u, lane() == 0 ? take_ticket() : 0, 0);
+#pragma unroll 1
+    for (uint32_t n = 0; cur < p.vt_units; ++n) {
+        /* tickets only grow, so every one under vt_units taken here is
+         * written before the loop ends */
+        const uint32_t buf = n & 1;
+        int after = 0;
         if (lane() == 0) {
-            mbar_arrive_expect_tx(bar, Cfg::VT_SCRATCH_BYTES); /* rows past Sk come as zeros */
-            tma_load_4d(smem + Cfg::OFF_VT, &p.tm_vsrc, bar, 0, key0, h, b); /* keys of D bytes, not swizzled */
-            next = atomicAdd(ticket(), 1);
-            if (next < p.vt_units) { /* the next unit's rows into L2 while this one is written */
-                int pn, bn;
-                const int kn = sm90_divmod(next, p.vt_chunk_div, &pn) * Cfg::VT_UNIT_KEYS;
-                tma_prefetch_4d(&p.tm_vsrc, 0, kn, sm90_divmod(pn, p.vt_hk_div, &bn), bn);
-            }
+            if (next < p.vt_units) load(next, buf ^ 1); /* that buffer was read in the turn before */
+            after = take_ticket();
         }
-        next = __shfl_sync(~0u, next, 0);
-        mbar_wait(bar, n & 1);
-        /* the unit's V^T columns: whole 32-key chunks up to vt_cols */
-        const int halves = min(Cfg::VT_UNIT_KEYS, p.vt_cols - key0) / 16;
+        mbar_wait(&bars[buf], (n >> 1) & 1);
+        int pair;
+        const int key0 = sm90_divmod(cur, p.vt_chunk_div, &pair) * Cfg::VT_UNIT_KEYS;
+        pair += p.vt_pre_pairs;
+        const uint32_t scratch = smem_addr(buffers + buf * Cfg::VT_BUF_BYTES);
         /* job: 4 head-dim rows (4 columns of V) of one 16-key half, 16 bytes a row */
 #pragma unroll 1
-        for (int job = (int)lane(); job < GROUPS * halves; job += 32) {
+        for (int job = (int)lane(); job < GROUPS * 2; job += 32) {
             const int group = job % GROUPS, half = job / GROUPS;
             if (4 * group >= p.head_dim) continue; /* V^T has head_dim rows */
             const uint32_t col = 4 * group;
@@ -94,12 +104,13 @@ template <class Cfg> __device__ __forceinline__ void sm90_vt_transposer(const Sm
             }
         }
         /* the unit's stores before its count (read by other CTAs' V loaders),
-         * and the scratch's reads before the next unit's TMA write into it */
+         * and the buffer's reads before the TMA that refills it */
         __threadfence();
         fence_proxy_async_smem();
         __syncwarp();
         if (lane() == 0) red_release_gpu_add(p.vt_done + pair, 1);
-        u = next;
+        cur = next;
+        next = __shfl_sync(~0u, after, 0);
     }
 }
 

@@ -185,13 +185,6 @@ __device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-/* Bring one 4-D box of a tensor into L2, for a load of it soon after. */
-__device__ __forceinline__ void tma_prefetch_4d(const void *map, int c0, int c1, int c2, int c3) {
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(map), "r"(c0),
-                 "r"(c1), "r"(c2), "r"(c3)
-                 : "memory");
-}
-
 /* Store four 8x8 16-bit matrices from their mma fragments: lane l gives the
  * shared address of row l % 8 of matrix l / 8; register j of every lane
  * holds its two elements of matrix j (row lane / 4, columns 2 (lane % 4), +1). */
