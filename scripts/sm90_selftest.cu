@@ -578,7 +578,6 @@ static int run_fp8_case(const Case &c) {
     x.workspace = ws;
     if (whole_tiles_only()) x.workspace_bytes = sm90_fp8_vt_bytes(&p);
     if (split_planned(&p, &x)) printf("(split tail) ");
-    if (x.workspace_bytes > sm90_fp8_vt_bytes(&p) && sm90_fp8_vt_sync_bytes(&p)) printf("(V^T in kernel) ");
     /* one launch into the poisoned output, copied to host */
     auto run_into = [&](std::vector<uint16_t> &host) {
         CK(cudaMemset(dout, 0xFF, host.size() * 2));

@@ -130,7 +130,6 @@ struct Sm90Shape {
     int row_shift;           /* it can move a head's short tile first (ROW_SHIFT) */
     int steady_unmasked;     /* it has an instance without the steady loop's masks (STEADY_UNMASKED_OWN_KERNEL) */
     int q_box_rows;          /* rows of its Q loads' box (Q_BOX_ROWS: 64 where each consumer's rows load alone) */
-    int vt_in_kernel;        /* e4m3: it can make V^T itself (VT_IN_KERNEL) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
@@ -145,8 +144,7 @@ template <class Cfg> static Sm90Shape sm90_shape_of() {
                      Cfg::HAS_SHORT_SPLIT,
                      Cfg::ROW_SHIFT || Cfg::ROW_SHIFT_OWN_KERNEL,
                      Cfg::STEADY_UNMASKED_OWN_KERNEL,
-                     Cfg::Q_BOX_ROWS,
-                     Cfg::VT_IN_KERNEL};
+                     Cfg::Q_BOX_ROWS};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -183,18 +181,6 @@ static int64_t sm90_fp8_vt_cols(const fa_problem *p) {
 static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
     const int64_t map_b = p->cu_seqlens_k ? 1 : p->B;
     return (size_t)map_b * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_cols(p);
-}
-
-/* Whether the attention kernel makes V^T itself (sm90_fwd_vt.cuh): e4m3,
- * batched, on a kernel with room for the scratch buffer (all but head dim
- * 256's). Varlen problems and head dim 256 run the transpose kernel first. */
-static int sm90_fp8_vt_in_kernel(const fa_problem *p) {
-    return p->dtype == FA_F8_E4M3 && !p->cu_seqlens_k && sm90_shape(sm90_pick(p)).vt_in_kernel;
-}
-/* Bytes of its counters in the workspace, after V^T: one per (batch, kv
- * head) pair and the ticket (Sm90FwdParams::vt_done); 0 where it does not. */
-static size_t sm90_fp8_vt_sync_bytes(const fa_problem *p) {
-    return sm90_fp8_vt_in_kernel(p) ? ((size_t)(p->B * p->Hk + 1) * sizeof(int) + 255) / 256 * 256 : 0;
 }
 
 /* Phantom rows before each head's first (Sm90FwdParams::row_shift): under
@@ -244,12 +230,6 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
          * (Sm90FwdConfig::VT_SLAB_KEYS) */
         if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, map_b, D, p->Hk, cols, shape.d,
                            shape.vt_slab_keys))
-            return 0;
-        /* V as stored, for the kernel that makes V^T itself: boxes of a
-         * transposing warp's unit of keys, whole rows of the kernel's head
-         * dim (zeros past D), not swizzled */
-        if (sm90_fp8_vt_in_kernel(p) && !sm90_make_map(encode ? &k->tm_vsrc : NULL, &p->v, FA_F8_E4M3, map_b, rows_k,
-                                                       p->Hk, D, SM90_VT_UNIT_KEYS, shape.d, false))
             return 0;
         k->q_descale = p->q_descale;
         k->k_descale = p->k_descale;
@@ -529,14 +509,10 @@ static void sm90_short_split_plan(const fa_problem *p, Sm90FwdParams *k, int sms
 /* Workspace: e4m3's V^T first, then the split tail's counters and parts
  * (where the plan splits). */
 static size_t sm90_split_offset(const fa_problem *p) {
-    return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) + sm90_fp8_vt_sync_bytes(p) : 0;
+    return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) : 0;
 }
 static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) {
-    if (!s.tail_tiles) {
-        if (p->dtype != FA_F8_E4M3) return 0;
-        const size_t sync = sm90_fp8_vt_sync_bytes(p);
-        return sync ? sm90_align256(sm90_fp8_vt_bytes(p)) + sync : sm90_fp8_vt_bytes(p);
-    }
+    if (!s.tail_tiles) return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : 0;
     return sm90_split_offset(p) + s.count_bytes + s.partial_bytes;
 }
 
@@ -630,14 +606,19 @@ __global__ void __launch_bounds__(256) sm90_fp8_transpose_v(const uint8_t *v, in
                     w[k] = key < keys ? *reinterpret_cast<const uint32_t *>(src + key * v_ss + col0) : 0u;
                 }
 #pragma unroll
-                for (int r = 0; r < 4; ++r) { /* V^T row col0 + 4 lane + r: byte r of every key */
-                    uint32_t out[4];          /* slots 4q .. 4q + 3 of the 16 */
+                for (int r = 0; r < 4; ++r) {              /* V^T row col0 + 4 lane + r: byte r of every key */
+                    const uint32_t sel = r | (4 + r) << 4; /* byte r of the first word, byte r of the second */
+                    uint32_t out[4];                       /* slots 4q .. 4q + 3 of the 16 */
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) /* each 16-key half of a chunk is permuted within itself: slot
-                                                 * a < 16 of a half holds key sm90_fp8_key_of_slot(a) of it */
-                        out[q] = sm90_fp8_vt_word(w[sm90_fp8_key_of_slot(4 * q)], w[sm90_fp8_key_of_slot(4 * q + 1)],
-                                                  w[sm90_fp8_key_of_slot(4 * q + 2)],
-                                                  w[sm90_fp8_key_of_slot(4 * q + 3)], r);
+                    for (int q = 0; q < 4; ++q) {
+                        /* each 16-key half of a chunk is permuted within itself: slot a < 16
+                         * of a half holds key sm90_fp8_key_of_slot(a) of that half */
+                        const uint32_t lo =
+                            __byte_perm(w[sm90_fp8_key_of_slot(4 * q)], w[sm90_fp8_key_of_slot(4 * q + 1)], sel);
+                        const uint32_t hi =
+                            __byte_perm(w[sm90_fp8_key_of_slot(4 * q + 2)], w[sm90_fp8_key_of_slot(4 * q + 3)], sel);
+                        out[q] = __byte_perm(lo, hi, 0x5410);
+                    }
                     *reinterpret_cast<uint4 *>(&vt_tile[4 * lane + r][16 * part]) =
                         make_uint4(out[0], out[1], out[2], out[3]);
                 }
@@ -690,9 +671,6 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     /* packed tiles and the others number their tiles differently */
     if (Cfg::PACKED_ROWS != (k.packed_rows != 0))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: row-group packing and the kernel disagree");
-    /* a kernel that cannot make V^T would read it unwritten */
-    if ((!Cfg::VT_IN_KERNEL || Cfg::VARLEN) && k.vt_done)
-        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: V^T left to a kernel that does not make it");
 #ifdef FA_SM90_SCHEDULE_TEST
     return sm90_schedule_test_walk<Cfg>(p, k, x);
 #endif
@@ -706,7 +684,7 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
      * kernels launch as usual: launched early too, they measured level at
      * best (docs/perf/sm90.md, item 110). */
     e = sm90_launch_kernel(sm90_fwd_kernel<Cfg>, dim3((unsigned)grid), dim3(Cfg::THREADS), Cfg::SMEM_BYTES,
-                           (cudaStream_t)x->stream, Cfg::FP8 && (!k.vt_done || k.vt_pre_pairs > 0), k);
+                           (cudaStream_t)x->stream, Cfg::FP8, k);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));
     return FA_OK;
@@ -841,26 +819,6 @@ static fa_status sm90_launch_variant(const fa_problem *p, const Sm90FwdParams &k
     return p->dtype == FA_BF16 ? sm90_dispatch<true>(p, k, x) : sm90_dispatch<false>(p, k, x);
 }
 
-/* e4m3 with V^T made by the attention kernel: the (batch, kv head) pairs
- * the transpose kernel makes first, the ones the CTAs' first tiles read
- * (up to the highest of them; all where those tiles are not simply the
- * first indices: a dealt paired tail or a split tail within them), so
- * that no tile's V waits for the kernel's own transposing warps at its
- * start. The paired order's first unit of a CTA is two tiles. */
-static int sm90_vt_pre_pairs(const Sm90FwdParams &k, int ctas) {
-    const int first = k.paired ? 2 * ctas : ctas;
-    if (k.num_tiles <= first || k.tail_first < first || (k.pair_tail_count && 2 * k.pair_tail < first))
-        return k.vt_pairs;
-    int most = 0;
-    for (int t = 0; t < first; ++t) {
-        /* a packed tile's last group holds its highest head (the heads decode alike in every config) */
-        const Sm90Tile tile = k.packed_rows ? sm90_decode_packed<Sm90CfgF8M192Packed>(k, t, 2) : sm90_decode_tile<Sm90CfgF8M192<false>>(k, t);
-        const int pair = tile.batch * k.hk + tile.head / k.q_per_kv;
-        if (tile.batch < k.batch && pair > most) most = pair;
-    }
-    return most + 1 < k.vt_pairs ? most + 1 : k.vt_pairs;
-}
-
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
     const int fp8 = p->dtype == FA_F8_E4M3;
@@ -869,39 +827,16 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     if (!sm90_fill_params(p, &k, fp8 ? x->workspace : NULL, 1))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: problem is not addressable by TMA");
     if (k.num_tiles == 0) return FA_OK;
-    /* e4m3 V^T made by the attention kernel where it can and the workspace
-     * has room for the counters (Sm90FwdParams::vt_done), which the split
-     * tail's follow */
-    const size_t vt_sync_bytes = sm90_fp8_vt_sync_bytes(p);
-    if (vt_sync_bytes && x->workspace_bytes >= sm90_align256(sm90_fp8_vt_bytes(p)) + vt_sync_bytes) {
-        const int64_t cols = sm90_fp8_vt_cols(p);
-        k.vt = (uint8_t *)x->workspace;
-        k.vt_done = (int *)((uint8_t *)x->workspace + sm90_align256(sm90_fp8_vt_bytes(p)));
-        k.vt_cols = (int)cols;
-        k.vt_chunks = (int)(cols / SM90_VT_UNIT_KEYS); /* cols: whole 32-key chunks */
-        k.vt_pairs = (int)(p->B * p->Hk);
-        k.vt_chunk_div = sm90_fastdiv(k.vt_chunks);
-        k.vt_hk_div = sm90_fastdiv(k.hk);
-    }
     /* the persistent grid's CTAs (sm90_launch) */
-    const int ctas = sm90_num_sms(x->device_index);
-    const size_t count_bytes = sm90_plan_tiles(p, &k, ctas, x->workspace, x->workspace_bytes);
-    if (k.vt_done) { /* the transpose kernel makes the pairs the first tiles read */
-        k.vt_pre_pairs = sm90_vt_pre_pairs(k, ctas);
-        k.vt_units = (k.vt_pairs - k.vt_pre_pairs) * k.vt_chunks;
+    const size_t count_bytes = sm90_plan_tiles(p, &k, sm90_num_sms(x->device_index), x->workspace, x->workspace_bytes);
+    if (count_bytes) {
+        cudaError_t e = cudaMemsetAsync(k.split_count, 0, count_bytes, (cudaStream_t)x->stream);
+        if (e != cudaSuccess)
+            return fa_set_error(FA_ERR_CUDA, "sm90 forward: split counters: %s", cudaGetErrorString(e));
     }
-    /* the counters, V^T's and the split tail's, zeroed together (they are adjacent) */
-    if (count_bytes || k.vt_done) {
-        void *counters = k.vt_done ? (void *)k.vt_done : (void *)k.split_count;
-        const size_t bytes = (k.vt_done ? vt_sync_bytes : 0) + count_bytes;
-        cudaError_t e = cudaMemsetAsync(counters, 0, bytes, (cudaStream_t)x->stream);
-        if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward: counters: %s", cudaGetErrorString(e));
-    }
-    /* all of V^T, or the attention kernel's first pairs' */
-    const int pre_pairs = k.vt_done ? k.vt_pre_pairs : (int)(p->B * p->Hk);
-    if (fp8 && pre_pairs > 0) {
+    if (fp8) {
         const int cols = (int)sm90_fp8_vt_cols(p);
-        const int pairs = pre_pairs; /* (batch, kv head) pairs: grid rows, looped past 65535 */
+        const int pairs = (int)(p->B * p->Hk); /* (batch, kv head) pairs: grid rows, looped past 65535 */
         /* a pair's span: batched, all columns; varlen, at most 63 past its
          * sequence's keys (Sk: the longest; the CTAs loop past that) */
         const int64_t span = p->cu_seqlens_k ? p->Sk + 63 : cols;

@@ -49,10 +49,6 @@ __host__ __device__ __forceinline__ int sm90_divmod(int x, const Sm90FastDiv &di
     return x - *q * div.d;
 }
 
-/* e4m3 V^T made inside the kernel (Sm90FwdConfig::VT_IN_KERNEL): keys of V
- * a transposing warp takes at a time (one 32-key chunk of V^T). */
-enum { SM90_VT_UNIT_KEYS = 32 };
-
 /* Most tiles the paired order's tail deals out one by one (2 KB of the
  * kernel parameters). */
 enum { SM90_PAIR_TAIL_MAX = 1024 };
@@ -119,21 +115,6 @@ struct Sm90FwdParams {
      * which holds the fewest keys, rather than its last, which holds the
      * most (sm90_fwd_seq). */
     int row_shift;
-    /* e4m3 V^T made inside the kernel (Sm90FwdConfig::VT_IN_KERNEL,
-     * sm90_fwd_vt.cuh; vt_done NULL: the transpose kernel made all of it
-     * before this one started). The transpose kernel makes the first
-     * vt_pre_pairs (batch, kv head) pairs' (those the first tiles read;
-     * the V loader waits for it with grid_dependency_wait), this kernel
-     * the rest: V as stored is read through tm_vsrc (boxes of VT_UNIT_KEYS
-     * keys); units of VT_UNIT_KEYS keys of one pair, vt_chunks a pair,
-     * vt_units in all (from pair vt_pre_pairs on), go to the transposing
-     * warps by a ticket (vt_done[vt_pairs], zero at launch), and
-     * vt_done[pair] counts the pair's units written. */
-    CUtensorMap tm_vsrc;
-    uint8_t *vt;     /* V^T (B, Hk, head_dim, vt_cols) */
-    int *vt_done;    /* vt_pairs counts, then the ticket */
-    int vt_cols, vt_chunks, vt_pairs, vt_units, vt_pre_pairs;
-    Sm90FastDiv vt_chunk_div, vt_hk_div; /* by vt_chunks, by hk */
 };
 
 /* e4m3 varlen: V^T column of sequence b's first key, whose first packed row
@@ -524,25 +505,8 @@ struct Sm90FwdConfig {
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
     static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (with O_IN_RING: consumer 0's, O0_OWN_BUF) */
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
-    /* e4m3: V^T made inside the kernel by the producer warpgroup's idle
-     * warps (sm90_fwd_vt.cuh): warp 3, and warp 2 where no store thread
-     * has it and the plan has room; each takes VT_UNIT_KEYS keys of V at a
-     * time, loaded by TMA into one of its two scratch buffers (rows of D
-     * bytes) while it writes the other's. Every e4m3 kernel but head dim
-     * 256's (225 KB without the buffers). */
-    static constexpr int VT_UNIT_KEYS = SM90_VT_UNIT_KEYS;
-    static constexpr int VT_BUF_BYTES = VT_UNIT_KEYS * D; /* e4m3: a byte a value */
-    static constexpr int VT_PLAN_BASE = sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES,
-                                                            STORE_THREAD ? CONSUMERS : 0, 0, Q_BARS / Q_BUFS);
-    static constexpr int VT_WARPS = !FP8 ? 0
-                                    : !STORE_THREAD && VT_PLAN_BASE + 4 * (VT_BUF_BYTES + 8) <= 227 * 1024 ? 2
-                                    : VT_PLAN_BASE + 2 * (VT_BUF_BYTES + 8) <= 227 * 1024                   ? 1
-                                                                                                            : 0;
-    static constexpr bool VT_IN_KERNEL = VT_WARPS > 0;
-    static constexpr int VT_BYTES = 2 * VT_WARPS * VT_BUF_BYTES;
-    static constexpr int OFF_VT = OFF_P + P_BYTES; /* 1 KB aligned: everything before is whole KB */
     static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
-    static constexpr int OFF_MAIL = OFF_VT + VT_BYTES; /* STORE_THREAD: a mailbox per consumer */
+    static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: a mailbox per consumer */
     static constexpr int OFF_ONES = OFF_MAIL + SM90_MAILBOX_BYTES * MAILBOXES; /* LAG_MAX: the block of ones */
     /* EXP_TURN: a word per consumer thread (its first block's row sums) and
      * a zero word, which pin a tile's first exponentials inside their turn
@@ -550,16 +514,12 @@ struct Sm90FwdConfig {
     static constexpr int PIN_BYTES = EXP_TURN ? CONSUMERS * 128 * 4 + 16 : 0;
     static constexpr int OFF_PIN = OFF_ONES + ONES_BYTES;
     static constexpr int OFF_BAR = OFF_PIN + PIN_BYTES;
-    /* q_full[Q_BARS], q_empty[Q_BARS], the K/V ring's, then o_full[], o_empty[]
-     * (STORE_THREAD), then the V^T scratch buffers' (VT_IN_KERNEL) */
-    static constexpr int VT_BAR = 2 * Q_BARS + 4 * STAGES + 2 * MAILBOXES;
-    static constexpr int NUM_BARS = VT_BAR + 2 * VT_WARPS; /* a barrier a V^T scratch buffer */
+    /* q_full[Q_BARS], q_empty[Q_BARS], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
+    static constexpr int NUM_BARS = 2 * Q_BARS + 4 * STAGES + 2 * MAILBOXES;
     static constexpr int SMEM_BYTES =
         sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES,
-                            ONES_BYTES + PIN_BYTES, Q_BARS / Q_BUFS) +
-        VT_BYTES + 2 * VT_WARPS * 8;
+                            ONES_BYTES + PIN_BYTES, Q_BARS / Q_BUFS);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
-    static_assert(OFF_VT % 128 == 0, "the V^T scratch buffer aligned as TMA wants it");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 
     /* registers of P (the P V GEMM's A fragments): 2 or 4 values per register */

@@ -41,7 +41,6 @@
 #include "sm90_fwd_epilogue.cuh"
 #include "sm90_fwd_producer.cuh"
 #include "sm90_fwd_softmax.cuh"
-#include "sm90_fwd_vt.cuh"
 
 /* ---- consumer ---------------------------------------------------------------- */
 
@@ -589,7 +588,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
             mbar_init(&ring[4 * Cfg::STAGES + c], 128);                 /* o_full: every thread of consumer c */
             mbar_init(&ring[4 * Cfg::STAGES + Cfg::MAILBOXES + c], 32); /* o_empty: every lane of the store warp */
         }
-        for (int b = 0; b < 2 * Cfg::VT_WARPS; ++b) mbar_init(&bars[Cfg::VT_BAR + b], 1); /* V^T scratch TMAs */
         mbar_fence_init();
     }
     if constexpr (Cfg::LAG_MAX) /* the block of ones for the row sums, seen by the tensor cores */
@@ -613,14 +611,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         if (Cfg::STORE_THREAD && threadIdx.x / 32 == 2) { /* the store warp */
             uint64_t *o_full = bars + 2 * Cfg::Q_BARS + 4 * Cfg::STAGES;
             sm90_store_thread<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);
-        }
-        /* e4m3: warps 3 and 2 write V^T where this kernel makes it (last:
-         * nothing of the code above is held across it, in 24 registers a
-         * thread) */
-        if constexpr (Cfg::VT_IN_KERNEL && !Cfg::VARLEN) {
-            if (p.vt_done && threadIdx.x / 32 == 3) sm90_vt_transposer<Cfg, 0>(p, smem);
-            if constexpr (Cfg::VT_WARPS == 2)
-                if (p.vt_done && threadIdx.x / 32 == 2) sm90_vt_transposer<Cfg, 1>(p, smem);
         }
     } else {
         regs_alloc<Cfg::CONSUMER_REGS>();

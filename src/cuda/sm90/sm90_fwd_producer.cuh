@@ -16,23 +16,6 @@
  * walks the tiles and loads Q alone (LOAD_Q), the first K alone. */
 enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2 };
 
-/* e4m3 with V^T made inside the kernel (p.vt_done set, sm90_fwd_vt.cuh):
- * the two kv pairs the V loader last saw whole (a paired causal order
- * alternates between two heads), and the wait for a pair: until the
- * transposing warps have written all of its V^T, then their stores, which
- * this thread acquired, are ordered before its own TMA loads of it. */
-struct Sm90VtReady {
-    int last = -1, before = -1;
-};
-__device__ __forceinline__ void sm90_vt_wait(const Sm90FwdParams &p, int pair, Sm90VtReady &ready) {
-    /* the transpose kernel's pairs: the loader waited for it at its start */
-    if (pair < p.vt_pre_pairs || pair == ready.last || pair == ready.before) return;
-    while (ld_acquire_gpu(p.vt_done + pair) < p.vt_chunks) __nanosleep(128);
-    fence_proxy_async_global();
-    ready.before = ready.last;
-    ready.last = pair;
-}
-
 /* The q_full / q_empty barrier of consumer wg's rows of Q buffer qb (the
  * producer loads on it, the consumer waits on it and frees it): the
  * buffer's, or with Q_HALVES one of the consumer's own. */
@@ -95,8 +78,7 @@ __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8
  * it, tile_iter: the ring and Q buffer positions, advanced here. */
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, int t,
-                                                    const Sm90Tile &first, uint32_t &it, uint32_t &tile_iter,
-                                                    Sm90VtReady &vt_ready) {
+                                                    const Sm90Tile &first, uint32_t &it, uint32_t &tile_iter) {
     uint64_t *q_full = bars, *q_empty = bars + Cfg::Q_BARS;
     const Sm90Tile last = sm90_decode_packed<Cfg>(p, t, Cfg::CONSUMERS - 1);
     const int heads = sm90_ring_step<Cfg>(last); /* 2: the last consumer's group is in the next head */
@@ -110,11 +92,6 @@ __device__ __forceinline__ void sm90_produce_packed(const Sm90FwdParams &p, uint
         }
     }
     const int kv_head0 = first.head / p.q_per_kv, kv_head1 = last.head / p.q_per_kv;
-    if constexpr (Cfg::VT_IN_KERNEL && !Cfg::VARLEN && ROLE == LOAD_V)
-        if (p.vt_done) {
-            sm90_vt_wait(p, first.seq.map_b * p.hk + kv_head0, vt_ready);
-            sm90_vt_wait(p, last.seq.map_b * p.hk + kv_head1, vt_ready);
-        }
 #pragma unroll 1
     for (int n = first.n_hi - 1; n >= first.n_lo; --n) {
 #pragma unroll 1
@@ -136,20 +113,18 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         tma_prefetch_map(&p.tm_o);
     } else {
         tma_prefetch_map(&p.tm_v);
-        /* e4m3: V^T, or where this kernel makes the rest its first pairs'
-         * (sm90_vt_wait), is written by the transpose launched just before
-         * this kernel, which lets this one start early (sm90_launch); only
-         * V's loads need it done */
+        /* e4m3: V^T is written by the transpose launched just before this
+         * kernel, which lets this one start early (sm90_launch); only V's
+         * loads need it done */
         if constexpr (Cfg::FP8) grid_dependency_wait();
     }
     uint32_t it = 0, tile_iter = 0;
-    Sm90VtReady vt_ready; /* VT_IN_KERNEL */
     for (int t = sm90_first_tile<Cfg>(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
         Sm90Tile tile = sm90_decode_any<Cfg>(p, t, 0);
         if (!sm90_tile_live<Cfg>(p, tile)) continue;
         if (tile.n_hi <= tile.n_lo) continue; /* no visible key: consumers write zeros */
         if constexpr (Cfg::PACKED_ROWS) {
-            sm90_produce_packed<Cfg, ROLE>(p, smem, bars, t, tile, it, tile_iter, vt_ready);
+            sm90_produce_packed<Cfg, ROLE>(p, smem, bars, t, tile, it, tile_iter);
         } else {
             const int kv_head = tile.head / p.q_per_kv;
             int k_ahead = 0; /* FIRST_K_BETWEEN_Q: kv blocks loaded with Q */
@@ -209,8 +184,6 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
              * only PRODUCER_REGS registers. Q's own loader takes no block (a
              * loop that never runs: wrapped in a branch of its own, it moved
              * two instructions in other kernels' producers). */
-            if constexpr (Cfg::VT_IN_KERNEL && !Cfg::VARLEN && ROLE == LOAD_V)
-                if (p.vt_done) sm90_vt_wait(p, tile.seq.map_b * p.hk + kv_head, vt_ready);
             int vt_col0 = 0; /* e4m3 varlen: the sequence's first V^T column */
             if constexpr (Cfg::FP8 && Cfg::VARLEN)
                 if (ROLE == LOAD_V && p.cu_seqlens_q) vt_col0 = (int)sm90_fp8_vt_col0(tile.seq.k_row0, tile.batch);

@@ -44,14 +44,13 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 sm90_encode_fn(void) {
 
 /* 4-D map over a (B, S, H, D) view (strides in elements), boxes of
  * box_bytes (one swizzle span, 128, 64 or 32 bytes: 64 16-bit or 128 8-bit
- * columns at 128; not swizzled, any multiple of 16 up to 256 elements) x
- * box_rows rows.
+ * columns at 128) x box_rows rows.
  * Returns 0 if TMA cannot address the view (alignment, stride limits). With
  * map NULL it only checks that (the "does this kernel take the problem"
  * questions, which also ask for the driver's encoder: sm90_encode_fn):
  * encoding is a driver call, done once, when launching. */
 static inline int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt, int64_t B, int64_t S, int64_t H,
-                                int64_t D, int box_rows, int box_bytes = 128, bool swizzled = true) {
+                                int64_t D, int box_rows, int box_bytes = 128) {
     const int64_t es = dt == FA_F8_E4M3 ? 1 : 2;
     if (((uintptr_t)v->data) % 16) return 0;
     int64_t dims[4] = {D, S, H, B};
@@ -82,8 +81,7 @@ static inline int sm90_make_map(CUtensorMap *map, const fa_view *v, fa_dtype dt,
                                                 : CU_TENSOR_MAP_DATA_TYPE_UINT8; /* e4m3 bytes */
     CUresult r = encode(map, type, 4,
                         v->data, gdim, gstride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        !swizzled         ? CU_TENSOR_MAP_SWIZZLE_NONE
-                        : box_bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                        box_bytes == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
                         : box_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                           : CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

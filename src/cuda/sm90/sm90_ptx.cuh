@@ -166,25 +166,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-/* The same between this thread's view of global memory and its later
- * async-proxy (TMA) reads of it: data another CTA wrote with ordinary stores
- * and released, acquired here, is then what a bulk copy reads. */
-__device__ __forceinline__ void fence_proxy_async_global() {
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-}
-
-/* Global-memory flags between CTAs: an acquire load of a counter, and a
- * release add to it (everything this thread saw or wrote before is visible
- * to a thread whose acquire load sees the add). */
-__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 /* Store four 8x8 16-bit matrices from their mma fragments: lane l gives the
  * shared address of row l % 8 of matrix l / 8; register j of every lane
  * holds its two elements of matrix j (row lane / 4, columns 2 (lane % 4), +1). */
