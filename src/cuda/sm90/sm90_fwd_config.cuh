@@ -350,7 +350,7 @@ struct Sm90FwdConfig {
      * across the wait), nor in the two-consumer head-dim-64 kernel, which
      * measured 0.3-1.6% slower with them there (docs/perf/sm90.md, item 92). */
     static constexpr bool EARLY_FINISH = !SPLIT_TAIL && !EXP_TURN;
-    /* O's TMA store issued by a thread of its own (sm90_store_thread: lane 0
+    /* O's TMA store issued by a thread of its own (sm90_store_warp: lane 0
      * of warp 2 of the producer warpgroup, idle otherwise). A consumer stages
      * its rows, posts the store's coordinates in its mailbox and arrives on
      * o_full; the store thread issues the store, waits until it has read

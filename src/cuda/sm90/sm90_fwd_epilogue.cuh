@@ -153,7 +153,7 @@ __device__ __forceinline__ void sm90_post(Sm90Mailbox *box, uint64_t *o_full, in
  * (issued by lane 0) and lse (every lane), in the order they come (every
  * consumer ends every tile, so in turn: 0, 1, .., 0, 1, ..). */
 template <class Cfg>
-__device__ __forceinline__ void sm90_store_thread(const Sm90FwdParams &p, uint8_t *smem, uint64_t *o_full,
+__device__ __forceinline__ void sm90_store_warp(const Sm90FwdParams &p, uint8_t *smem, uint64_t *o_full,
                                                   uint64_t *o_empty) {
     const Sm90Mailbox *box = reinterpret_cast<const Sm90Mailbox *>(smem + Cfg::OFF_MAIL);
     const int lane = threadIdx.x % 32;

@@ -610,7 +610,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         if (Cfg::Q_OWN_THREAD && threadIdx.x == 96) sm90_producer<Cfg, LOAD_Q>(p, smem, bars);
         if (Cfg::STORE_THREAD && threadIdx.x / 32 == 2) { /* the store warp */
             uint64_t *o_full = bars + 2 * Cfg::Q_BARS + 4 * Cfg::STAGES;
-            sm90_store_thread<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);
+            sm90_store_warp<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);
         }
     } else {
         regs_alloc<Cfg::CONSUMER_REGS>();
