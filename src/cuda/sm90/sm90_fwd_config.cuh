@@ -205,9 +205,10 @@ struct Sm90FwdConfig {
      * and warps 2 and 3 of the producer warpgroup write each block's V^T
      * into the V ring, so that no transpose kernel runs ahead of this one
      * and V^T is never written to global memory. The three-consumer
-     * head-dim-128 kernels, batched problems only (their varlen problems run
-     * the two-consumer kernel), whose producer warps 2 and 3 are idle. */
-    static constexpr bool VT_IN_SMEM = FP8 && D == 128 && CONSUMERS == 3;
+     * kernels (head dims 64 and 128), batched problems only (varlen
+     * problems run the two-consumer kernel), whose producer warps 2 and 3
+     * are idle. */
+    static constexpr bool VT_IN_SMEM = FP8 && (D == 64 || D == 128) && CONSUMERS == 3;
     static constexpr int VRAW_STAGES = VT_IN_SMEM ? 2 : 0;
 
     static constexpr int Q_SLAB = BM * QK_SW; /* bytes of one slab of the Q tile */

@@ -3,9 +3,11 @@
  * (Sm90FwdConfig::VT_IN_SMEM), by warps 2 and 3 of the producer warpgroup.
  *
  * The P V wgmma of e4m3 takes its B operand K-major only: V^T, a head-dim
- * row of BN keys. Each kv block's V (BN keys of D bytes, 128-byte swizzled,
- * as K comes) is rewritten into the V ring exactly as the V^T map's TMA
- * load would have left it: head-dim row d at d * 128, its 16-key groups in
+ * row of BN keys. Each kv block's V (BN = 128 keys of D = 64 or 128 bytes,
+ * swizzled as K comes: a key's 16-byte chunk c at position c ^ (key % 8)
+ * of its 128-byte row, or at head dim 64 c ^ (key / 2 % 4) of its 64-byte
+ * row) is rewritten into the V ring exactly as the V^T map's TMA load
+ * would have left it: head-dim row d at d * 128, its 16-key groups in
  * 16-byte pieces at position (group ^ d % 8), each group's keys in the P
  * fragment order (sm90_fp8_key_of_slot).
  *
@@ -17,7 +19,8 @@
  * 2j, 2j + 1, 2j + 8, 2j + 9: slots 4j .. 4j + 3 of the 16-key group in
  * the P fragment order, which is the word stmatrix stores for row 2c
  * (2c + 1) from that lane. One ldmatrix.x4, four permutes and one
- * stmatrix.x4 move 16 keys x 32 head-dim bytes.
+ * stmatrix.x4 move 16 keys x 32 head-dim bytes; D / 8 of them a warp a
+ * kv block.
  */
 #ifndef FA_SM90_FWD_TRANSPOSE_CUH
 #define FA_SM90_FWD_TRANSPOSE_CUH
@@ -37,8 +40,9 @@ template <class Cfg> __device__ __forceinline__ uint64_t *sm90_vraw_bars(uint64_
  * freed that V stage; then hands both stages on. Every thread of warps 2
  * and 3 (w: 0 or 1) runs it and arrives on both barriers. */
 template <class Cfg> __device__ __forceinline__ void sm90_transpose_v_block(uint8_t *smem, uint64_t *bars, uint32_t it) {
-    static_assert(Cfg::VT_IN_SMEM && Cfg::D == 128 && Cfg::BN == 128 && Cfg::VT_SLAB_KEYS == 128 && Cfg::QK_SW == 128,
-                  "a key's V and a head-dim row of V^T are one 128-byte swizzle row each");
+    static_assert(Cfg::VT_IN_SMEM && (Cfg::D == 64 || Cfg::D == 128) && Cfg::QK_SW == Cfg::D && Cfg::BN == 128 &&
+                      Cfg::VT_SLAB_KEYS == 128,
+                  "a key's V is one swizzle row (64 or 128 bytes), a head-dim row of V^T one of 128 bytes");
     uint64_t *v_full = bars + 2 * Cfg::Q_BARS + 2 * Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
     uint64_t *vraw_full = sm90_vraw_bars<Cfg>(bars), *vraw_empty = vraw_full + Cfg::VRAW_STAGES;
     const uint32_t stage = it % Cfg::STAGES, raw = it % Cfg::VRAW_STAGES;
@@ -50,22 +54,23 @@ template <class Cfg> __device__ __forceinline__ void sm90_transpose_v_block(uint
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32 - 2;
     const int m = lane / 8, r = lane % 8; /* the matrix and its row this lane addresses */
     /* loaded matrices: keys 16g..16g+7 and 16g+8..16g+15 of head-dim bytes
-     * 32e..32e+15, then the same keys of 32e+16..32e+31; a key's 16-byte
-     * chunk c sits at position c ^ (key % 8), and key % 8 = r. This warp
-     * takes the 16-key groups g = 2 gi + w. */
-    const uint32_t src_row = src + (16 * w + 8 * (m & 1) + r) * 128;
+     * 32e..32e+15, then the same keys of 32e+16..32e+31; key % 8 = r, so
+     * a key's chunk c sits at position c ^ r (c ^ (r / 2) in 64-byte rows).
+     * This warp takes the 16-key groups g = 2 gi + w. */
+    const int key_swizzle = Cfg::D == 128 ? r : r / 2;
+    const uint32_t src_row = src + (16 * w + 8 * (m & 1) + r) * Cfg::D;
     /* stored matrices: the even head-dim rows 32e + 2c, the odd ones, then
      * the same 16 rows on; piece g of a row at position g ^ (row % 8) */
     const int row_lo = 16 * (m >> 1) + 2 * r + (m & 1), row_sw = row_lo % 8;
 #pragma unroll 1
-    for (int e = 0; e < 4; ++e) { /* 32-byte head-dim group */
-        const uint32_t src_e = src_row + (((2 * e + (m >> 1)) ^ r) << 4);
+    for (int e = 0; e < Cfg::D / 32; ++e) { /* 32-byte head-dim group */
+        const uint32_t src_e = src_row + (((2 * e + (m >> 1)) ^ key_swizzle) << 4);
         const uint32_t dst_e = dst + (32 * e + row_lo) * 128;
 #pragma unroll
         for (int gi = 0; gi < 4; ++gi) {
             const int g = 2 * gi + w;
             uint32_t a0, a1, a2, a3;
-            ldmatrix_x4_trans(src_e + gi * 32 * 128, a0, a1, a2, a3);
+            ldmatrix_x4_trans(src_e + gi * 32 * Cfg::D, a0, a1, a2, a3);
             stmatrix_x4(dst_e + ((g ^ row_sw) << 4), __byte_perm(a0, a1, 0x6420), __byte_perm(a0, a1, 0x7531),
                         __byte_perm(a2, a3, 0x6420), __byte_perm(a2, a3, 0x7531));
         }
