@@ -540,7 +540,7 @@ static int sm90_fwd_takes(const fa_problem *p) {
      * 192 or 256 kernel; TMA zero-fills the columns past D and clips them
      * from the stores). */
     if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 256)) return 0;
-    /* ... and V, which the transpose reads in 32-bit words, aligned as TMA wants the others */
+    /* ... and V, aligned as TMA wants (VT_IN_SMEM kernels load it by TMA, the transpose in 32-bit words) */
     if (p->dtype == FA_F8_E4M3 && (((uintptr_t)p->v.data) % 16 || p->v.ss % 16 || p->v.sh % 16 || p->v.sb % 16))
         return 0;
     if (p->seqlens_k || p->block_table || p->k_new.data) return 0;

@@ -138,13 +138,14 @@ constexpr int SM90_MAILBOX_BYTES = 16 + 16 + 64 * 8;
  * mailboxes (STORE_THREAD: one a consumer), the block of ones the row sums
  * are taken with (LAG_MAX), q_bars q_full/q_empty pairs per Q buffer
  * (Q_HALVES: one a consumer), four barriers per ring stage, an
- * o_full/o_empty pair per mailbox and a full/empty pair per stage of V as
- * loaded, and 1 KB to align the base to the swizzle atom. */
+ * o_full/o_empty pair per mailbox, a full/empty pair per stage of V as
+ * loaded and a word beside them (the V loader's end), and 1 KB to align the
+ * base to the swizzle atom. */
 constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
                                   int mailboxes = 0, int ones_bytes = 0, int q_bars = 1, int vraw_stages = 0) {
     return q_bufs * q_bytes + (2 * stages + vraw_stages) * kv_bytes + o_stage_bytes + p_bytes +
            SM90_MAILBOX_BYTES * mailboxes + ones_bytes +
-           (2 * q_bufs * q_bars + 4 * stages + 2 * mailboxes + 2 * vraw_stages) * 8 + 1024;
+           (2 * q_bufs * q_bars + 4 * stages + 2 * mailboxes + 2 * vraw_stages + (vraw_stages > 0)) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
@@ -531,8 +532,9 @@ struct Sm90FwdConfig {
     static constexpr int OFF_PIN = OFF_ONES + ONES_BYTES;
     static constexpr int OFF_BAR = OFF_PIN + PIN_BYTES;
     /* q_full[Q_BARS], q_empty[Q_BARS], the K/V ring's, o_full[], o_empty[]
-     * (STORE_THREAD), then vraw_full[], vraw_empty[] (VT_IN_SMEM) */
-    static constexpr int NUM_BARS = 2 * Q_BARS + 4 * STAGES + 2 * MAILBOXES + 2 * VRAW_STAGES;
+     * (STORE_THREAD), then vraw_full[], vraw_empty[] and the end word's
+     * 8 bytes (VT_IN_SMEM) */
+    static constexpr int NUM_BARS = 2 * Q_BARS + 4 * STAGES + 2 * MAILBOXES + 2 * VRAW_STAGES + (VRAW_STAGES > 0);
     static constexpr int SMEM_BYTES =
         sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES,
                             ONES_BYTES + PIN_BYTES, Q_BARS / Q_BUFS, VRAW_STAGES);

@@ -592,9 +592,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
             mbar_init(&ring[4 * Cfg::STAGES + c], 128);                 /* o_full: every thread of consumer c */
             mbar_init(&ring[4 * Cfg::STAGES + Cfg::MAILBOXES + c], 32); /* o_empty: every lane of the store warp */
         }
-        for (int s = 0; s < Cfg::VRAW_STAGES; ++s) {
-            mbar_init(&sm90_vraw_bars<Cfg>(bars)[s], 1);                       /* vraw_full: the V loader's */
-            mbar_init(&sm90_vraw_bars<Cfg>(bars)[Cfg::VRAW_STAGES + s], 64); /* vraw_empty: the transposer's */
+        if constexpr (Cfg::VT_IN_SMEM) {
+            for (int s = 0; s < Cfg::VRAW_STAGES; ++s) {
+                mbar_init(&sm90_vraw_bars<Cfg>(bars)[s], 1);                       /* vraw_full: the V loader's */
+                mbar_init(&sm90_vraw_bars<Cfg>(bars)[Cfg::VRAW_STAGES + s], 64); /* vraw_empty: the transposer's */
+            }
+            *sm90_vraw_end<Cfg>(bars) = SM90_VRAW_NO_END;
         }
         mbar_fence_init();
     }
@@ -617,7 +620,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
         if (Cfg::Q_OWN_THREAD && threadIdx.x == 96) sm90_producer<Cfg, LOAD_Q>(p, smem, bars);
         if constexpr (Cfg::VT_IN_SMEM) /* warps 2 and 3 */
-            if (threadIdx.x >= 64) sm90_producer<Cfg, TRANSPOSE_V>(p, smem, bars);
+            if (threadIdx.x >= 64) sm90_transposer<Cfg>(smem, bars);
         if (Cfg::STORE_THREAD && threadIdx.x / 32 == 2) { /* the store warp */
             uint64_t *o_full = bars + 2 * Cfg::Q_BARS + 4 * Cfg::STAGES;
             sm90_store_warp<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);

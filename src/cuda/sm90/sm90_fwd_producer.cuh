@@ -15,9 +15,9 @@
  * behind a V load that waits for a P V to finish: K is needed a turn before
  * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). With Q_OWN_THREAD a third
  * walks the tiles and loads Q alone (LOAD_Q), the first K alone. With
- * VT_IN_SMEM the V loader fills the ring of V as loaded, and warps 2 and 3
- * walk them too, making each block's V^T in the V ring (TRANSPOSE_V). */
-enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2, TRANSPOSE_V = 3 };
+ * VT_IN_SMEM the V loader fills the ring of V as loaded, from which warps 2
+ * and 3 make each block's V^T in the V ring (sm90_transposer). */
+enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2 };
 
 /* The q_full / q_empty barrier of consumer wg's rows of Q buffer qb (the
  * producer loads on it, the consumer waits on it and frees it): the
@@ -43,8 +43,7 @@ __device__ __forceinline__ void sm90_load_q_rows(const Sm90FwdParams &p, uint8_t
  * or for e4m3 V^T as BN / VT_SLAB_KEYS slabs of D head-dim rows, from
  * column vt_col0 + n * BN (vt_col0: the sequence's first, sm90_fp8_vt_col0,
  * in a varlen map; else 0). With VT_IN_SMEM, V as K into the ring of V as
- * loaded once the transposer has read that stage, and TRANSPOSE_V makes
- * its V^T in the V ring. */
+ * loaded, once the transposer has read that stage. */
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, uint32_t it,
                                                    int n, int k_row0, int kv_head, int map_b, int vt_col0 = 0) {
@@ -60,8 +59,6 @@ __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8
         for (int s = 0; s < Cfg::SLABS; ++s)
             tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS, k_row0 + n * Cfg::BN,
                         kv_head, map_b);
-    } else if constexpr (ROLE == TRANSPOSE_V) {
-        sm90_transpose_v_block<Cfg>(smem, bars, it);
     } else if constexpr (Cfg::VT_IN_SMEM) {
         uint64_t *vraw_full = sm90_vraw_bars<Cfg>(bars), *vraw_empty = vraw_full + Cfg::VRAW_STAGES;
         const uint32_t raw = it % Cfg::VRAW_STAGES;
@@ -208,6 +205,7 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             ++tile_iter;
         }
     }
+    if constexpr (ROLE == LOAD_V && Cfg::VT_IN_SMEM) sm90_vraw_post_end<Cfg>(bars, it);
 }
 
 #endif /* FA_SM90_FWD_PRODUCER_CUH */
