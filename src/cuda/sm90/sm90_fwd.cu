@@ -54,9 +54,6 @@ using Sm90CfgF8N128 = Sm90FwdConfig<128, 128, 2, true, 2, true>;
  * and every load would wait for the block before it to be read. No mask
  * (packed problems have none) and no softcap code. */
 using Sm90CfgF8M192Packed = Sm90PackedRows<Sm90SteadyUnmasked<Sm90FwdConfig<128, 128, 3, true, 3, true>>>;
-static_assert(Sm90CfgF8M192Packed::VT_IN_SMEM == Sm90CfgF8M192<false>::VT_IN_SMEM &&
-                  Sm90CfgF8M192<true>::VT_IN_SMEM == Sm90CfgF8M192<false>::VT_IN_SMEM,
-              "a variant's instances agree on where V^T is made (the host reads one of them)");
 using Sm90CfgF8D64 = Sm90FwdConfig<64, 128, 3, true, 3, true, true>;
 /* e4m3 at head dims 144-256: two consumers (O takes 96 or 128 registers a
  * thread), 128-key blocks, batched and varlen instances. Head dim 192: rows
@@ -133,7 +130,6 @@ struct Sm90Shape {
     int row_shift;           /* it can move a head's short tile first (ROW_SHIFT) */
     int steady_unmasked;     /* it has an instance without the steady loop's masks (STEADY_UNMASKED_OWN_KERNEL) */
     int q_box_rows;          /* rows of its Q loads' box (Q_BOX_ROWS: 64 where each consumer's rows load alone) */
-    int vt_in_smem;          /* e4m3: it makes V^T itself from V (VT_IN_SMEM) */
 };
 
 template <class Cfg> static Sm90Shape sm90_shape_of() {
@@ -148,8 +144,7 @@ template <class Cfg> static Sm90Shape sm90_shape_of() {
                      Cfg::HAS_SHORT_SPLIT,
                      Cfg::ROW_SHIFT || Cfg::ROW_SHIFT_OWN_KERNEL,
                      Cfg::STEADY_UNMASKED_OWN_KERNEL,
-                     Cfg::Q_BOX_ROWS,
-                     Cfg::VT_IN_SMEM};
+                     Cfg::Q_BOX_ROWS};
 }
 
 /* The 16-bit output type does not change the shape: the bf16 instances stand for both. */
@@ -177,21 +172,13 @@ static int sm90_has_split_tail(sm90_variant v) {
     return v == SM90_D96 || v == SM90_D128 || v == SM90_D192 || v == SM90_D256 || v == SM90_F8_M192;
 }
 
-/* e4m3: whether the problem's kernel reads V^T from the workspace, written
- * by sm90_fp8_transpose_v; else it makes V^T itself from V (VT_IN_SMEM). */
-static int sm90_fp8_vt_global(const fa_problem *p) {
-    return p->dtype == FA_F8_E4M3 && !sm90_shape(sm90_pick(p)).vt_in_smem;
-}
-
 /* e4m3: V^T in the workspace, (B, Hk, D, keys padded to whole 32-key
  * chunks); varlen (1, Hk, D, columns), sequence b's keys from column
- * sm90_fp8_vt_col0(cu_seqlens_k[b], b) on. None where the kernel makes
- * V^T itself. */
+ * sm90_fp8_vt_col0(cu_seqlens_k[b], b) on. */
 static int64_t sm90_fp8_vt_cols(const fa_problem *p) {
     return p->cu_seqlens_k ? sm90_fp8_vt_col0(p->total_k, p->B) : (p->Sk + 31) / 32 * 32;
 }
 static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
-    if (!sm90_fp8_vt_global(p)) return 0;
     const int64_t map_b = p->cu_seqlens_k ? 1 : p->B;
     return (size_t)map_b * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_cols(p);
 }
@@ -232,7 +219,7 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
         return 0;
     if (!sm90_make_map(encode ? &k->tm_k : NULL, &p->k, p->dtype, map_b, rows_k, p->Hk, D, shape.bn, shape.qk_box))
         return 0;
-    if (sm90_fp8_vt_global(p)) {
+    if (p->dtype == FA_F8_E4M3) {
         /* V^T (B, Hk, D, keys), varlen (1, Hk, D, columns): the map's "rows"
          * are head-dim rows, its "columns" keys */
         const int64_t cols = sm90_fp8_vt_cols(p);
@@ -244,14 +231,12 @@ static int sm90_fill_params(const fa_problem *p, Sm90FwdParams *k, void *vt, int
         if (!sm90_make_map(encode ? &k->tm_v : NULL, &vt_view, FA_F8_E4M3, map_b, D, p->Hk, cols, shape.d,
                            shape.vt_slab_keys))
             return 0;
-    } else if (!sm90_make_map(encode ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, D, shape.bn,
-                              shape.qk_box)) { /* V in K's slabs (e4m3: V^T made by the kernel) */
-        return 0;
-    }
-    if (p->dtype == FA_F8_E4M3) {
         k->q_descale = p->q_descale;
         k->k_descale = p->k_descale;
         k->v_descale = p->v_descale;
+    } else if (!sm90_make_map(encode ? &k->tm_v : NULL, &p->v, p->dtype, map_b, rows_k, p->Hk, D, shape.bn,
+                              shape.qk_box)) { /* V in K's slabs */
+        return 0;
     }
     const fa_dtype out_dt = fa_out_dtype(p->dtype); /* bf16 for e4m3 inputs */
     if (!sm90_make_map(encode ? &k->tm_o : NULL, &p->out, out_dt, map_b, rows_q, p->Hq, D, 64)) return 0;
@@ -524,10 +509,10 @@ static void sm90_short_split_plan(const fa_problem *p, Sm90FwdParams *k, int sms
 /* Workspace: e4m3's V^T first, then the split tail's counters and parts
  * (where the plan splits). */
 static size_t sm90_split_offset(const fa_problem *p) {
-    return sm90_align256(sm90_fp8_vt_bytes(p));
+    return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) : 0;
 }
 static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) {
-    if (!s.tail_tiles) return sm90_fp8_vt_bytes(p);
+    if (!s.tail_tiles) return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : 0;
     return sm90_split_offset(p) + s.count_bytes + s.partial_bytes;
 }
 
@@ -540,7 +525,7 @@ static int sm90_fwd_takes(const fa_problem *p) {
      * 192 or 256 kernel; TMA zero-fills the columns past D and clips them
      * from the stores). */
     if (p->dtype == FA_F8_E4M3 && (p->D % 16 || p->D > 256)) return 0;
-    /* ... and V, aligned as TMA wants (VT_IN_SMEM kernels load it by TMA, the transpose in 32-bit words) */
+    /* ... and V, which the transpose reads in 32-bit words, aligned as TMA wants the others */
     if (p->dtype == FA_F8_E4M3 && (((uintptr_t)p->v.data) % 16 || p->v.ss % 16 || p->v.sh % 16 || p->v.sb % 16))
         return 0;
     if (p->seqlens_k || p->block_table || p->k_new.data) return 0;
@@ -680,9 +665,6 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     /* the split instance writes only the first 64 rows of each last query block */
     if (Cfg::SHORT_SPLIT && !k.short_split)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: short-tile split without its plan");
-    /* e4m3: the map is of V^T or of V by what the variant's kernels read */
-    if (Cfg::FP8 && Cfg::VT_IN_SMEM == (sm90_fp8_vt_global(p) != 0))
-        return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: V^T made by a kernel the map was not built for");
     /* a kernel without the shift would put the rows where they were */
     if (!Cfg::ROW_SHIFT && k.row_shift)
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: shifted rows given to a kernel without the shift");
@@ -699,11 +681,10 @@ static fa_status sm90_launch_instance(const fa_problem *p, const Sm90FwdParams &
     /* e4m3: the kernel may start while the V transpose ahead of it finishes
      * (its CTAs take the SMs the transpose leaves, and load Q and K); its V
      * loader waits for the transpose (grid_dependency_wait). The 16-bit
-     * kernels, and the e4m3 ones that make V^T themselves (no transpose
-     * ahead of them), launch as usual: the 16-bit ones launched early too
-     * measured level at best (docs/perf/sm90.md, item 110). */
+     * kernels launch as usual: launched early too, they measured level at
+     * best (docs/perf/sm90.md, item 110). */
     e = sm90_launch_kernel(sm90_fwd_kernel<Cfg>, dim3((unsigned)grid), dim3(Cfg::THREADS), Cfg::SMEM_BYTES,
-                           (cudaStream_t)x->stream, Cfg::FP8 && !Cfg::VT_IN_SMEM, k);
+                           (cudaStream_t)x->stream, Cfg::FP8, k);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return fa_set_error(FA_ERR_CUDA, "sm90 forward launch: %s", cudaGetErrorString(e));
     return FA_OK;
@@ -840,10 +821,10 @@ static fa_status sm90_launch_variant(const fa_problem *p, const Sm90FwdParams &k
 
 extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
     Sm90FwdParams k;
-    const int vt_global = sm90_fp8_vt_global(p); /* e4m3 with V^T written ahead of the kernel */
-    if (vt_global && (!x->workspace || x->workspace_bytes < sm90_fp8_vt_bytes(p)))
+    const int fp8 = p->dtype == FA_F8_E4M3;
+    if (fp8 && (!x->workspace || x->workspace_bytes < sm90_fp8_vt_bytes(p)))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: float8 needs %zu bytes of workspace", sm90_fp8_vt_bytes(p));
-    if (!sm90_fill_params(p, &k, vt_global ? x->workspace : NULL, 1))
+    if (!sm90_fill_params(p, &k, fp8 ? x->workspace : NULL, 1))
         return fa_set_error(FA_ERR_INTERNAL, "sm90 forward: problem is not addressable by TMA");
     if (k.num_tiles == 0) return FA_OK;
     /* the persistent grid's CTAs (sm90_launch) */
@@ -853,7 +834,7 @@ extern "C" fa_status fa_sm90_fwd(const fa_problem *p, const fa_exec *x) {
         if (e != cudaSuccess)
             return fa_set_error(FA_ERR_CUDA, "sm90 forward: split counters: %s", cudaGetErrorString(e));
     }
-    if (vt_global) {
+    if (fp8) {
         const int cols = (int)sm90_fp8_vt_cols(p);
         const int pairs = (int)(p->B * p->Hk); /* (batch, kv head) pairs: grid rows, looped past 65535 */
         /* a pair's span: batched, all columns; varlen, at most 63 past its

@@ -132,20 +132,17 @@ __host__ __device__ __forceinline__ int64_t sm90_fp8_vt_col0(int64_t k_row0, int
  * which the store warp writes their lse. */
 constexpr int SM90_MAILBOX_BYTES = 16 + 16 + 64 * 8;
 
-/* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, the
- * ring of V as loaded (VT_IN_SMEM: vraw_stages stages), O's staging buffer
- * (none when O is staged in Q's), the P buffers (P_SMEM), the store warp's
- * mailboxes (STORE_THREAD: one a consumer), the block of ones the row sums
- * are taken with (LAG_MAX), q_bars q_full/q_empty pairs per Q buffer
- * (Q_HALVES: one a consumer), four barriers per ring stage, an
- * o_full/o_empty pair per mailbox, a full/empty pair per stage of V as
- * loaded and a word beside them (the V loader's end), and 1 KB to align the
- * base to the swizzle atom. */
+/* Bytes of shared memory a plan takes: its Q buffers, the K and V rings, O's
+ * staging buffer (none when O is staged in Q's), the P buffers (P_SMEM), the
+ * store warp's mailboxes (STORE_THREAD: one a consumer), the block
+ * of ones the row sums are taken with (LAG_MAX), q_bars
+ * q_full/q_empty pairs per Q buffer (Q_HALVES: one a consumer), four
+ * barriers per ring stage and an o_full/o_empty pair per mailbox, and 1 KB
+ * to align the base to the swizzle atom. */
 constexpr int sm90_fwd_smem_bytes(int q_bufs, int q_bytes, int stages, int kv_bytes, int o_stage_bytes, int p_bytes,
-                                  int mailboxes = 0, int ones_bytes = 0, int q_bars = 1, int vraw_stages = 0) {
-    return q_bufs * q_bytes + (2 * stages + vraw_stages) * kv_bytes + o_stage_bytes + p_bytes +
-           SM90_MAILBOX_BYTES * mailboxes + ones_bytes +
-           (2 * q_bufs * q_bars + 4 * stages + 2 * mailboxes + 2 * vraw_stages + (vraw_stages > 0)) * 8 + 1024;
+                                  int mailboxes = 0, int ones_bytes = 0, int q_bars = 1) {
+    return q_bufs * q_bytes + 2 * stages * kv_bytes + o_stage_bytes + p_bytes + SM90_MAILBOX_BYTES * mailboxes +
+           ones_bytes + (2 * q_bufs * q_bars + 4 * stages + 2 * mailboxes) * 8 + 1024;
 }
 
 /* Compile-time tile shape and shared-memory plan of one specialisation. */
@@ -157,9 +154,8 @@ struct Sm90FwdConfig {
     static constexpr int BM = 64 * CONSUMERS;    /* query rows per tile */
     static constexpr int BN = BN_;         /* keys per kv block */
     static constexpr int STAGES = STAGES_; /* K/V ring depth */
-    /* FP8: q, k, v in e4m3 (V given transposed, see sm90_fp8_transpose_v,
-     * or transposed here: VT_IN_SMEM), output bf16; else all in bf16 (BF16)
-     * or f16. */
+    /* FP8: q, k, v in e4m3 (V given transposed, see sm90_fp8_transpose_v),
+     * output bf16; else all in bf16 (BF16) or f16. */
     static constexpr bool FP8 = FP8_;
     static constexpr bool BF16 = BF16_ || FP8_; /* the 16-bit output type */
     static constexpr int ES = FP8 ? 1 : 2;      /* bytes per input element */
@@ -201,16 +197,6 @@ struct Sm90FwdConfig {
      * of 128, 64 and 32 bytes (the swizzle span) that divides BN. */
     static constexpr int VT_SLAB_KEYS = BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : 32;
     static constexpr int VT_SLAB = D * VT_SLAB_KEYS; /* bytes */
-    /* e4m3 V^T made in shared memory (sm90_fwd_transpose.cuh): V comes by
-     * TMA as K does, into a ring of its own (VRAW_STAGES stages of KV_BYTES),
-     * and warps 2 and 3 of the producer warpgroup write each block's V^T
-     * into the V ring, so that no transpose kernel runs ahead of this one
-     * and V^T is never written to global memory. The three-consumer
-     * kernels (head dims 64 and 128), batched problems only (varlen
-     * problems run the two-consumer kernel), whose producer warps 2 and 3
-     * are idle. */
-    static constexpr bool VT_IN_SMEM = FP8 && (D == 64 || D == 128) && CONSUMERS == 3;
-    static constexpr int VRAW_STAGES = VT_IN_SMEM ? 2 : 0;
 
     static constexpr int Q_SLAB = BM * QK_SW; /* bytes of one slab of the Q tile */
     static constexpr int KV_SLAB = BN * QK_SW;
@@ -283,9 +269,7 @@ struct Sm90FwdConfig {
     static_assert(!P_SMEM || BN == 128, "a P row is one 128-byte swizzle row");
     static constexpr int P_BYTES = P_SMEM ? CONSUMERS * 64 * BN : 0;
     static constexpr int Q_BUFS =
-        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, 0, 0, 1, VRAW_STAGES) <= 227 * 1024
-            ? 2
-            : 1;
+        sm90_fwd_smem_bytes(2, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES) <= 227 * 1024 ? 2 : 1;
     static_assert(!JOIN || Q_BUFS == 2, "the tile-boundary join needs two Q buffers");
     /* Q_HALVES: each consumer's 64 rows of Q are loaded, waited for and
      * freed on barriers of their own. With one Q buffer (head dims 192, 256) the
@@ -519,8 +503,7 @@ struct Sm90FwdConfig {
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BUFS * Q_BYTES;
     static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
-    static constexpr int OFF_VRAW = OFF_V + STAGES * KV_BYTES; /* V as loaded (VT_IN_SMEM) */
-    static constexpr int OFF_O = OFF_VRAW + VRAW_STAGES * KV_BYTES; /* staged O (with O_IN_RING: consumer 0's, O0_OWN_BUF) */
+    static constexpr int OFF_O = OFF_V + STAGES * KV_BYTES; /* staged O (with O_IN_RING: consumer 0's, O0_OWN_BUF) */
     static constexpr int OFF_P = OFF_O + O_STAGE_BYTES; /* P buffers (P_SMEM), 64 rows per consumer */
     static constexpr int MAILBOXES = STORE_THREAD ? CONSUMERS : 0;
     static constexpr int OFF_MAIL = OFF_P + P_BYTES; /* STORE_THREAD: a mailbox per consumer */
@@ -531,13 +514,11 @@ struct Sm90FwdConfig {
     static constexpr int PIN_BYTES = EXP_TURN ? CONSUMERS * 128 * 4 + 16 : 0;
     static constexpr int OFF_PIN = OFF_ONES + ONES_BYTES;
     static constexpr int OFF_BAR = OFF_PIN + PIN_BYTES;
-    /* q_full[Q_BARS], q_empty[Q_BARS], the K/V ring's, o_full[], o_empty[]
-     * (STORE_THREAD), then vraw_full[], vraw_empty[] and the end word's
-     * 8 bytes (VT_IN_SMEM) */
-    static constexpr int NUM_BARS = 2 * Q_BARS + 4 * STAGES + 2 * MAILBOXES + 2 * VRAW_STAGES + (VRAW_STAGES > 0);
+    /* q_full[Q_BARS], q_empty[Q_BARS], the K/V ring's, then o_full[], o_empty[] (STORE_THREAD) */
+    static constexpr int NUM_BARS = 2 * Q_BARS + 4 * STAGES + 2 * MAILBOXES;
     static constexpr int SMEM_BYTES =
         sm90_fwd_smem_bytes(Q_BUFS, Q_BYTES, STAGES, KV_BYTES, O_STAGE_BYTES, P_BYTES, MAILBOXES,
-                            ONES_BYTES + PIN_BYTES, Q_BARS / Q_BUFS, VRAW_STAGES);
+                            ONES_BYTES + PIN_BYTES, Q_BARS / Q_BUFS);
     static_assert(SMEM_BYTES == OFF_BAR + NUM_BARS * 8 + 1024, "the offsets above and the plan's size agree");
     static_assert(SMEM_BYTES <= 227 * 1024, "shared memory plan exceeds the per-CTA limit of sm_90");
 

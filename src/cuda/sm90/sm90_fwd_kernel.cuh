@@ -567,8 +567,6 @@ __device__ __forceinline__ void sm90_consumer(const Sm90FwdParams &p, uint8_t *s
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_constant__ Sm90FwdParams p) {
-    static_assert(!Cfg::VT_IN_SMEM || (!Cfg::STORE_THREAD && !Cfg::Q_OWN_THREAD),
-                  "the V transposer takes warps 2 and 3 of the producer warpgroup");
     extern __shared__ uint8_t smem_raw[];
     /* swizzle atoms are 1024 B and addressed absolutely: align the base */
     uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -583,21 +581,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         for (int s = 0; s < Cfg::STAGES; ++s) {
             mbar_init(&ring[s], 1);                              /* k_full */
             mbar_init(&ring[Cfg::STAGES + s], Cfg::CONSUMERS);     /* k_empty */
-            /* v_full: the V loader's expect_tx arrive, or with VT_IN_SMEM
-             * every thread of the transposer's two warps */
-            mbar_init(&ring[2 * Cfg::STAGES + s], Cfg::VT_IN_SMEM ? 64 : 1);
+            mbar_init(&ring[2 * Cfg::STAGES + s], 1);            /* v_full */
             mbar_init(&ring[3 * Cfg::STAGES + s], Cfg::CONSUMERS); /* v_empty */
         }
         for (int c = 0; c < Cfg::MAILBOXES; ++c) {
             mbar_init(&ring[4 * Cfg::STAGES + c], 128);                 /* o_full: every thread of consumer c */
             mbar_init(&ring[4 * Cfg::STAGES + Cfg::MAILBOXES + c], 32); /* o_empty: every lane of the store warp */
-        }
-        if constexpr (Cfg::VT_IN_SMEM) {
-            for (int s = 0; s < Cfg::VRAW_STAGES; ++s) {
-                mbar_init(&sm90_vraw_bars<Cfg>(bars)[s], 1);                       /* vraw_full: the V loader's */
-                mbar_init(&sm90_vraw_bars<Cfg>(bars)[Cfg::VRAW_STAGES + s], 64); /* vraw_empty: the transposer's */
-            }
-            *sm90_vraw_end<Cfg>(bars) = SM90_VRAW_NO_END;
         }
         mbar_fence_init();
     }
@@ -619,8 +608,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) sm90_fwd_kernel(const __grid_
         if (threadIdx.x == 0) sm90_producer<Cfg, LOAD_Q_K>(p, smem, bars);
         if (threadIdx.x == 32) sm90_producer<Cfg, LOAD_V>(p, smem, bars);
         if (Cfg::Q_OWN_THREAD && threadIdx.x == 96) sm90_producer<Cfg, LOAD_Q>(p, smem, bars);
-        if constexpr (Cfg::VT_IN_SMEM) /* warps 2 and 3 */
-            if (threadIdx.x >= 64) sm90_transposer<Cfg>(smem, bars);
         if (Cfg::STORE_THREAD && threadIdx.x / 32 == 2) { /* the store warp */
             uint64_t *o_full = bars + 2 * Cfg::Q_BARS + 4 * Cfg::STAGES;
             sm90_store_warp<Cfg>(p, smem, o_full, o_full + Cfg::MAILBOXES);

@@ -7,16 +7,13 @@
 
 #include "sm90_fwd_l2.cuh"
 #include "sm90_fwd_schedule.cuh"
-#include "sm90_fwd_transpose.cuh"
 #include "sm90_ptx.cuh"
 
 /* Two producer threads walk the same tiles and kv blocks: one loads Q and K,
  * the other V. Each waits only on its own ring, so a K load is never queued
  * behind a V load that waits for a P V to finish: K is needed a turn before
  * V (a turn issues Q K_n^T and P_{n+1} V_{n+1}). With Q_OWN_THREAD a third
- * walks the tiles and loads Q alone (LOAD_Q), the first K alone. With
- * VT_IN_SMEM the V loader fills the ring of V as loaded, from which warps 2
- * and 3 make each block's V^T in the V ring (sm90_transposer). */
+ * walks the tiles and loads Q alone (LOAD_Q), the first K alone. */
 enum { LOAD_Q_K = 0, LOAD_V = 1, LOAD_Q = 2 };
 
 /* The q_full / q_empty barrier of consumer wg's rows of Q buffer qb (the
@@ -42,8 +39,7 @@ __device__ __forceinline__ void sm90_load_q_rows(const Sm90FwdParams &p, uint8_t
  * row k_row0 + n * BN (the sequence's first row in a varlen map), V alike,
  * or for e4m3 V^T as BN / VT_SLAB_KEYS slabs of D head-dim rows, from
  * column vt_col0 + n * BN (vt_col0: the sequence's first, sm90_fp8_vt_col0,
- * in a varlen map; else 0). With VT_IN_SMEM, V as K into the ring of V as
- * loaded, once the transposer has read that stage. */
+ * in a varlen map; else 0). */
 template <class Cfg, int ROLE>
 __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8_t *smem, uint64_t *bars, uint32_t it,
                                                    int n, int k_row0, int kv_head, int map_b, int vt_col0 = 0) {
@@ -59,13 +55,6 @@ __device__ __forceinline__ void sm90_load_kv_block(const Sm90FwdParams &p, uint8
         for (int s = 0; s < Cfg::SLABS; ++s)
             tma_load_4d(k_dst + s * Cfg::KV_SLAB, &p.tm_k, &k_full[stage], s * Cfg::BOX_COLS, k_row0 + n * Cfg::BN,
                         kv_head, map_b);
-    } else if constexpr (Cfg::VT_IN_SMEM) {
-        uint64_t *vraw_full = sm90_vraw_bars<Cfg>(bars), *vraw_empty = vraw_full + Cfg::VRAW_STAGES;
-        const uint32_t raw = it % Cfg::VRAW_STAGES;
-        mbar_wait(&vraw_empty[raw], ((it / Cfg::VRAW_STAGES) & 1) ^ 1);
-        mbar_arrive_expect_tx(&vraw_full[raw], Cfg::KV_BYTES);
-        tma_load_4d(smem + Cfg::OFF_VRAW + raw * Cfg::KV_BYTES, &p.tm_v, &vraw_full[raw], 0, k_row0 + n * Cfg::BN,
-                    kv_head, map_b);
     } else {
         mbar_wait(&v_empty[stage], parity);
         mbar_arrive_expect_tx(&v_full[stage], Cfg::KV_BYTES);
@@ -122,12 +111,12 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
         if (!Cfg::Q_OWN_THREAD) tma_prefetch_map(&p.tm_q);
         tma_prefetch_map(&p.tm_k);
         tma_prefetch_map(&p.tm_o);
-    } else if constexpr (ROLE == LOAD_V) {
+    } else {
         tma_prefetch_map(&p.tm_v);
         /* e4m3: V^T is written by the transpose launched just before this
          * kernel, which lets this one start early (sm90_launch); only V's
          * loads need it done */
-        if constexpr (Cfg::FP8 && !Cfg::VT_IN_SMEM) grid_dependency_wait();
+        if constexpr (Cfg::FP8) grid_dependency_wait();
     }
     uint32_t it = 0, tile_iter = 0;
     for (int t = sm90_first_tile<Cfg>(p); t < p.num_tiles; t = sm90_tile_after<Cfg>(p, t)) {
@@ -205,7 +194,6 @@ __device__ __forceinline__ void sm90_producer(const Sm90FwdParams &p, uint8_t *s
             ++tile_iter;
         }
     }
-    if constexpr (ROLE == LOAD_V && Cfg::VT_IN_SMEM) sm90_vraw_post_end<Cfg>(bars, it);
 }
 
 #endif /* FA_SM90_FWD_PRODUCER_CUH */

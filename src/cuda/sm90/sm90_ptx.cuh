@@ -166,18 +166,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-/* Load four 8x8 16-bit matrices transposed: lane l gives the shared address
- * of row l % 8 of matrix l / 8; register j of every lane gets matrix j's
- * elements (row 2 (lane % 4), column lane / 4) in its low half and (row
- * 2 (lane % 4) + 1, column lane / 4) in its high half. */
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                  uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr)
-                 : "memory");
-}
-
 /* Store four 8x8 16-bit matrices from their mma fragments: lane l gives the
  * shared address of row l % 8 of matrix l / 8; register j of every lane
  * holds its two elements of matrix j (row lane / 4, columns 2 (lane % 4), +1). */
