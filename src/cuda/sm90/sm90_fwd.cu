@@ -179,6 +179,7 @@ static int64_t sm90_fp8_vt_cols(const fa_problem *p) {
     return p->cu_seqlens_k ? sm90_fp8_vt_col0(p->total_k, p->B) : (p->Sk + 31) / 32 * 32;
 }
 static size_t sm90_fp8_vt_bytes(const fa_problem *p) {
+    if (p->dtype != FA_F8_E4M3) return 0; /* only e4m3 reads V^T */
     const int64_t map_b = p->cu_seqlens_k ? 1 : p->B;
     return (size_t)map_b * (size_t)p->Hk * (size_t)p->D * (size_t)sm90_fp8_vt_cols(p);
 }
@@ -509,10 +510,10 @@ static void sm90_short_split_plan(const fa_problem *p, Sm90FwdParams *k, int sms
 /* Workspace: e4m3's V^T first, then the split tail's counters and parts
  * (where the plan splits). */
 static size_t sm90_split_offset(const fa_problem *p) {
-    return p->dtype == FA_F8_E4M3 ? sm90_align256(sm90_fp8_vt_bytes(p)) : 0;
+    return sm90_align256(sm90_fp8_vt_bytes(p));
 }
 static size_t sm90_workspace_bytes(const fa_problem *p, const Sm90SplitPlan &s) {
-    if (!s.tail_tiles) return p->dtype == FA_F8_E4M3 ? sm90_fp8_vt_bytes(p) : 0;
+    if (!s.tail_tiles) return sm90_fp8_vt_bytes(p);
     return sm90_split_offset(p) + s.count_bytes + s.partial_bytes;
 }
 
